@@ -1,0 +1,26 @@
+# Two commands on a fresh machine: `make run` (a demo video) and `make test`.
+# Both create .venv and install the pinned CPU stack first (once; re-run when pins change).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+PROMPT ?= a red fox running through fresh snow, cinematic
+OUTPUT ?= outputs/demo.mp4
+
+.PHONY: install run test clean
+
+$(BIN)/pipedit: requirements-cpu.txt pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -r requirements-cpu.txt 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/pip install --quiet --no-deps -e . 2>&1 | grep -v "^WARNING: Location" || true
+	$(BIN)/python -c "import pipedit.cli, torch, diffusers, ray" && touch $(BIN)/pipedit
+
+install: $(BIN)/pipedit
+
+run: install
+	$(BIN)/pipedit generate --prompt "$(PROMPT)" --output $(OUTPUT)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) outputs .pytest_cache

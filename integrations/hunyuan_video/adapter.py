@@ -1,0 +1,158 @@
+"""HunyuanVideo behind pipedit's model-adapter seam.
+
+Loads any diffusers-layout HunyuanVideo checkpoint (the community release's layout) one component
+at a time and reproduces HunyuanVideoPipeline's numerics: the same prompt template and crop, the
+same text-encoder layer, latent shapes, sigma schedule, embedded guidance and VAE scaling. The
+denoising loop itself lives in pipedit's engine.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
+from diffusers.utils.torch_utils import randn_tensor
+
+from pipedit.adapter import ALL_PARTS, VideoShape, read_model_index
+from pipedit.components import load_component
+from pipedit.errors import InvalidRequestError
+
+LLAMA_MAX_TOKENS = 256
+CLIP_MAX_TOKENS = 77
+# The pipeline feeds the transformer the Llama hidden state 3rd from the end (skips 2 layers).
+LLAMA_LAYERS_SKIPPED = 2
+
+
+class HunyuanVideoAdapter:
+    family = "hunyuan_video"
+
+    def __init__(self, components: dict, index: dict, device: torch.device, dtype: torch.dtype):
+        self.components = components
+        self.index = index
+        self.device = torch.device(device)
+        self.dtype = dtype
+        self.template = DEFAULT_PROMPT_TEMPLATE
+        self.spatial_ratio, self.temporal_ratio = self._compression_ratios()
+
+    # -- loading ---------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=torch.float32):
+        index = read_model_index(path)
+        wanted = ["scheduler"]
+        if "text" in parts:
+            wanted += ["tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2"]
+        if "dit" in parts:
+            wanted.append("transformer")
+        if "vae" in parts:
+            wanted.append("vae")
+        components = {
+            name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
+        }
+        return cls(components, index, device, dtype)
+
+    def __getattr__(self, name):
+        components = self.__dict__.get("components", {})
+        if name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae"):
+            if name not in components:
+                raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
+            return components[name]
+        raise AttributeError(name)
+
+    @property
+    def scheduler_config(self):
+        return self.components["scheduler"].config
+
+    def _compression_ratios(self) -> tuple[int, int]:
+        if "vae" in self.components:
+            return self.vae.spatial_compression_ratio, self.vae.temporal_compression_ratio
+        return 8, 4  # HunyuanVideo VAE: 8x spatial, 4x temporal
+
+    # -- validation ------------------------------------------------------------------------
+    @property
+    def size_multiple(self) -> int:
+        patch = self.transformer.config.patch_size if "transformer" in self.components else 2
+        return self.spatial_ratio * patch
+
+    def validate(self, shape: VideoShape, steps: int) -> None:
+        m, r = self.size_multiple, self.temporal_ratio
+        if shape.height < m or shape.width < m or shape.height % m or shape.width % m:
+            raise InvalidRequestError(
+                f"height and width must be positive multiples of {m} for this model, got "
+                f"{shape.height}x{shape.width} (e.g. {m * max(1, round(shape.height / m))}x"
+                f"{m * max(1, round(shape.width / m))})"
+            )
+        if shape.num_frames < 1 or (shape.num_frames - 1) % r:
+            raise InvalidRequestError(
+                f"num_frames must be {r}*k+1 (1, {r + 1}, {2 * r + 1}, {4 * r + 1}, ...) for this model's VAE, "
+                f"got {shape.num_frames}"
+            )
+        if steps < 1:
+            raise InvalidRequestError(f"steps must be at least 1, got {steps}")
+
+    # -- prompt ----------------------------------------------------------------------------
+    @torch.no_grad()
+    def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]:
+        if not prompt or not prompt.strip():
+            raise InvalidRequestError("prompt must be a non-empty string")
+        embeds, mask = self._llama_embeds(prompt)
+        pooled = self._clip_pooled(prompt)
+        return {"prompt_embeds": embeds, "prompt_attention_mask": mask, "pooled_prompt_embeds": pooled}
+
+    def _llama_embeds(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
+        crop = self.template["crop_start"]
+        tokens = self.tokenizer(
+            [self.template["template"].format(prompt)], max_length=LLAMA_MAX_TOKENS + crop,
+            padding="max_length", truncation=True, return_tensors="pt", return_attention_mask=True,
+        )
+        ids = tokens.input_ids.to(self.device)
+        mask = tokens.attention_mask.to(self.device)
+        hidden = self.text_encoder(input_ids=ids, attention_mask=mask, output_hidden_states=True)
+        embeds = hidden.hidden_states[-(LLAMA_LAYERS_SKIPPED + 1)].to(self.text_encoder.dtype)
+        return embeds[:, crop:], mask[:, crop:]
+
+    def _clip_pooled(self, prompt: str) -> torch.Tensor:
+        tokens = self.tokenizer_2(
+            [prompt], padding="max_length", max_length=CLIP_MAX_TOKENS, truncation=True, return_tensors="pt"
+        )
+        return self.text_encoder_2(tokens.input_ids.to(self.device), output_hidden_states=False).pooler_output
+
+    # -- denoising -------------------------------------------------------------------------
+    def latent_shape(self, shape: VideoShape, channels: int = 16) -> tuple[int, ...]:
+        frames = (shape.num_frames - 1) // self.temporal_ratio + 1
+        return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
+
+    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
+        channels = self.transformer.config.in_channels if "transformer" in self.components else 16
+        return randn_tensor(self.latent_shape(shape, channels), generator=generator, device=self.device,
+                            dtype=torch.float32)
+
+    def make_scheduler(self, steps: int):
+        scheduler = type(self.components["scheduler"]).from_config(self.scheduler_config)
+        sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]
+        scheduler.set_timesteps(sigmas=sigmas, device=self.device)
+        scheduler.set_begin_index(0)
+        return scheduler, scheduler.timesteps
+
+    @torch.no_grad()
+    def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:
+        dtype = self.transformer.dtype
+        batch = latents.shape[0]
+        guidance = torch.full((batch,), guidance_scale, dtype=dtype, device=self.device) * 1000.0
+        return self.transformer(
+            hidden_states=latents.to(dtype),
+            timestep=timestep.expand(batch).to(latents.dtype),
+            encoder_hidden_states=cond["prompt_embeds"].to(dtype),
+            encoder_attention_mask=cond["prompt_attention_mask"].to(dtype),
+            pooled_projections=cond["pooled_prompt_embeds"].to(dtype),
+            guidance=guidance,
+            return_dict=False,
+        )[0]
+
+    # -- decoding --------------------------------------------------------------------------
+    @torch.no_grad()
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        latents = latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
+        video = self.vae.decode(latents, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
+        return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)

@@ -1,0 +1,1 @@
+"""pipedit: fast serving of video diffusion transformers on multi-GPU nodes."""

@@ -1,0 +1,129 @@
+"""pipedit's command line: generate videos, build the demo checkpoint, run benchmarks.
+
+Errors the user can fix print one line and exit 2 (argparse does the same for bad flags).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from .errors import UserInputError
+
+EXIT_USER_ERROR = 2
+
+
+def _int(text: str) -> int:
+    # Range checks belong to the request and config validation, which name what is allowed.
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+
+
+def _chunk(text: str) -> int | str:
+    if text in ("auto", "off"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, 'auto' or 'off', got '{text}'") from None
+
+
+def _add_generate(sub) -> None:
+    p = sub.add_parser("generate", help="generate one video from a prompt")
+    p.add_argument("--prompt", required=True, help="text describing the video")
+    p.add_argument("--model-path", help="diffusers-layout checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
+    p.add_argument("--height", type=_int)
+    p.add_argument("--width", type=_int)
+    p.add_argument("--num-frames", type=_int)
+    p.add_argument("--steps", type=_int, help="denoising steps")
+    p.add_argument("--guidance-scale", type=float, help="embedded guidance scale (HunyuanVideo default 6.0)")
+    p.add_argument("--seed", type=int, help="seed of the CPU torch.Generator that draws the initial noise")
+    p.add_argument("--fps", type=_int)
+    p.add_argument("--output", required=True, help="path of the mp4 to write")
+    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
+    p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
+    p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
+    p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.set_defaults(run=_run_generate)
+
+
+def _add_demo_checkpoint(sub) -> None:
+    p = sub.add_parser("demo-checkpoint", help="write the tiny offline demo HunyuanVideo checkpoint")
+    p.add_argument("directory", help="folder to create (diffusers layout)")
+    p.set_defaults(run=_run_demo_checkpoint)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pipedit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_generate(sub)
+    _add_demo_checkpoint(sub)
+    from .bench_cli import add_bench_parser
+
+    add_bench_parser(sub)
+    return parser
+
+
+def _engine_config(args):
+    from .config import EngineConfig, load_config
+
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
+    return config.with_overrides(
+        "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
+        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+    )
+
+
+def _run_generate(args) -> int:
+    from .generate import generate_to_file
+
+    config = _engine_config(args)
+    output = generate_to_file(config, args.prompt, Path(args.output), args.save_latents)
+    print(output)
+    return 0
+
+
+def _run_demo_checkpoint(args) -> int:
+    from pipedit.integrations.hunyuan_video.demo_checkpoint import write_demo_checkpoint
+
+    try:
+        path = write_demo_checkpoint(args.directory)
+    except FileExistsError as error:
+        raise UserInputError(str(error)) from None
+    print(path)
+    return 0
+
+
+def _quiet_libraries() -> None:
+    """Our own progress bar is the one that matters; silence per-file loading bars and notices."""
+    from diffusers.utils import logging as diffusers_logging
+    from transformers.utils import logging as transformers_logging
+
+    for logging in (diffusers_logging, transformers_logging):
+        logging.set_verbosity_error()
+        logging.disable_progress_bar()
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    _quiet_libraries()
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except UserInputError as error:
+        print(f"pipedit: error: {error}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("pipedit: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Loads single components of a diffusers-layout checkpoint, the way DiffusionPipeline does:
+model_index.json names the library and class of each sub-folder. Loading one component at a time
+lets a rank hold only what its role needs."""
+
+from __future__ import annotations
+
+import importlib
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .errors import ModelPathError
+
+# Files that make a sub-folder loadable, by kind of component.
+_CONFIG_FILES = {
+    "scheduler": ("scheduler_config.json",),
+    "tokenizer": ("tokenizer_config.json", "tokenizer.json", "vocab.json", "tokenizer.model"),
+}
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
+
+
+def _component_kind(name: str) -> str:
+    if name.startswith("tokenizer"):
+        return "tokenizer"
+    if name.startswith("scheduler"):
+        return "scheduler"
+    return "model"
+
+
+def _check_files(folder: Path, name: str) -> None:
+    if not folder.is_dir():
+        raise ModelPathError(f"{folder} is missing: model_index.json lists component '{name}'")
+    kind = _component_kind(name)
+    if kind == "model":
+        if not (folder / "config.json").is_file():
+            raise ModelPathError(f"{folder / 'config.json'} is missing")
+        if not any(f.name.endswith(_WEIGHT_SUFFIXES) for f in folder.iterdir()):
+            raise ModelPathError(f"{folder} has no weight file (*.safetensors or *.bin)")
+    elif not any((folder / f).is_file() for f in _CONFIG_FILES[kind]):
+        raise ModelPathError(f"{folder} has none of {', '.join(_CONFIG_FILES[kind])}")
+
+
+def load_component(root: str | Path, index: dict[str, Any], name: str, *,
+                   dtype: torch.dtype | None = None, device: str | torch.device | None = None) -> Any:
+    entry = index.get(name)
+    if not (isinstance(entry, list) and len(entry) == 2):
+        raise ModelPathError(f"{Path(root) / 'model_index.json'} has no component '{name}'")
+    library, class_name = entry
+    folder = Path(root) / name
+    _check_files(folder, name)
+    component_class = getattr(importlib.import_module(library), class_name, None)
+    if component_class is None:
+        raise ModelPathError(f"{library} has no class {class_name} (named for '{name}' in model_index.json)")
+    if _component_kind(name) != "model":
+        return component_class.from_pretrained(folder)
+    module = component_class.from_pretrained(folder, torch_dtype=dtype)
+    module.requires_grad_(False)
+    module.eval()
+    return module.to(device) if device is not None else module

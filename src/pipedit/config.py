@@ -1,0 +1,109 @@
+"""Engine configuration: frozen dataclasses validated at construction, loadable from YAML.
+Errors say how to fix the setting."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+import torch
+import yaml
+
+from .errors import UserInputError
+
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+           "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    path: str | None = None  # None: the embedded tiny demo model
+    device: str = "auto"  # auto: cuda when available, else cpu
+    dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
+
+    def __post_init__(self):
+        if self.dtype != "auto" and self.dtype not in _DTYPES:
+            raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
+        if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
+            raise UserInputError(f"device '{self.device}' is not supported; use auto, cpu or cuda[:N]")
+
+    def torch_device(self) -> torch.device:
+        if self.device == "auto":
+            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return torch.device(self.device)
+
+    def torch_dtype(self) -> torch.dtype:
+        if self.dtype == "auto":
+            return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+        return _DTYPES[self.dtype]
+
+
+@dataclass(frozen=True)
+class ParallelConfig:
+    ulysses: int = 1
+    ring: int = 1
+    pipesp_chunk: int | str = "auto"  # heads per PipeSP chunk, "auto", or "off" (synchronous Ulysses)
+
+    def __post_init__(self):
+        for name in ("ulysses", "ring"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise UserInputError(f"{name} degree must be an integer >= 1, got {value!r}")
+        chunk = self.pipesp_chunk
+        if not (chunk in ("auto", "off") or (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1)):
+            raise UserInputError(f"pipesp_chunk must be 'auto', 'off' or an integer >= 1, got {chunk!r}")
+
+    @property
+    def denoise_ranks(self) -> int:
+        return self.ulysses * self.ring
+
+
+@dataclass(frozen=True)
+class GenerationDefaults:
+    height: int = 128
+    width: int = 128
+    num_frames: int = 17
+    steps: int = 10
+    guidance_scale: float = 6.0
+    seed: int = 0
+    fps: int = 24
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    generation: GenerationDefaults = field(default_factory=GenerationDefaults)
+
+    def with_overrides(self, section: str, **values: Any) -> "EngineConfig":
+        """A copy with the non-None values replaced in one section (how CLI flags apply)."""
+        given = {k: v for k, v in values.items() if v is not None}
+        return replace(self, **{section: replace(getattr(self, section), **given)}) if given else self
+
+
+_SECTIONS = {"model": ModelConfig, "parallel": ParallelConfig, "generation": GenerationDefaults}
+
+
+def load_config(path: str | Path) -> EngineConfig:
+    file = Path(path)
+    if not file.is_file():
+        raise UserInputError(f"config file {file} does not exist")
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except yaml.YAMLError as error:
+        raise UserInputError(f"config file {file} is not valid YAML: {error}") from error
+    if not isinstance(data, dict):
+        raise UserInputError(f"config file {file} must be a mapping with sections {', '.join(_SECTIONS)}")
+    unknown = set(data) - set(_SECTIONS)
+    if unknown:
+        raise UserInputError(f"config file {file}: unknown sections {sorted(unknown)}; allowed: {', '.join(_SECTIONS)}")
+    return EngineConfig(**{name: _section(file, name, cls, data.get(name) or {}) for name, cls in _SECTIONS.items()})
+
+
+def _section(file: Path, name: str, cls: type, values: dict) -> Any:
+    allowed = {f.name for f in fields(cls)}
+    unknown = set(values) - allowed
+    if unknown:
+        raise UserInputError(f"config file {file}: unknown keys {sorted(unknown)} in '{name}'; allowed: {sorted(allowed)}")
+    return cls(**values)

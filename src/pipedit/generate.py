@@ -1,0 +1,46 @@
+"""One prompt to one mp4: what `pipedit generate` does."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from .config import EngineConfig
+from .errors import UserInputError
+from .request import VideoRequest
+from .video import write_mp4
+
+
+def request_from_config(config: EngineConfig, prompt: str) -> VideoRequest:
+    g = config.generation
+    return VideoRequest(prompt=prompt, height=g.height, width=g.width, num_frames=g.num_frames,
+                        steps=g.steps, guidance_scale=g.guidance_scale, seed=g.seed)
+
+
+def _check_output(output: Path) -> None:
+    if output.suffix.lower() != ".mp4":
+        raise UserInputError(f"--output must end in .mp4, got {output}")
+    if output.is_dir():
+        raise UserInputError(f"--output {output} is a directory; give a file path ending in .mp4")
+
+
+def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None) -> Path:
+    _check_output(output)
+    request = request_from_config(config, prompt)  # validates prompt and steps before loading anything
+    from .runtime.engine import open_engine
+
+    with open_engine(config) as engine:
+        engine.validate(request)
+        with tqdm(total=request.steps, desc="denoising", unit="step", file=sys.stderr) as bar:
+            result = engine.generate(
+                request,
+                on_step=lambda done, total: bar.update(done - bar.n),
+                on_phase=lambda phase: bar.close() if phase == "decoding" else None,
+            )
+    if latents_path:
+        Path(latents_path).parent.mkdir(parents=True, exist_ok=True)
+        torch.save(result.latents, latents_path)
+    return write_mp4(result.frames, output, fps=config.generation.fps)

@@ -1,0 +1,56 @@
+"""Plain dataclasses that travel between engine, scheduler and workers."""
+
+from __future__ import annotations
+
+import enum
+import uuid
+from dataclasses import dataclass, field
+
+import torch
+
+from .adapter import VideoShape
+from .errors import InvalidRequestError
+
+
+@dataclass(frozen=True)
+class VideoRequest:
+    prompt: str
+    height: int = 128
+    width: int = 128
+    num_frames: int = 17
+    steps: int = 10
+    guidance_scale: float = 6.0
+    seed: int = 0
+    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def __post_init__(self):
+        if not isinstance(self.prompt, str) or not self.prompt.strip():
+            raise InvalidRequestError("prompt must be a non-empty string")
+        if self.steps < 1:
+            raise InvalidRequestError(f"steps must be at least 1, got {self.steps}")
+        if self.guidance_scale < 0:
+            raise InvalidRequestError(f"guidance_scale must be >= 0, got {self.guidance_scale}")
+
+    @property
+    def shape(self) -> VideoShape:
+        return VideoShape(self.height, self.width, self.num_frames)
+
+    def generator(self) -> torch.Generator:
+        # Same convention as diffusers: a CPU generator seeded with the request's seed.
+        return torch.Generator("cpu").manual_seed(self.seed)
+
+
+class RequestStatus(str, enum.Enum):
+    QUEUED = "queued"
+    DENOISING = "denoising"
+    DECODING = "decoding"
+    DONE = "done"
+    FAILED = "failed"
+
+
+@dataclass
+class VideoResult:
+    request_id: str
+    frames: torch.Tensor  # [F, H, W, 3] float in [0, 1]
+    latents: torch.Tensor  # [1, C, T, h, w] final denoised latents, float32
+    timings: dict[str, float] = field(default_factory=dict)

@@ -1,0 +1,33 @@
+import os
+
+import pytest
+
+# Ray and tokenizers read these at import time; tests never reach a hub.
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def demo_checkpoint(tmp_path_factory):
+    """The tiny demo HunyuanVideo checkpoint, written once per test session."""
+    from pipedit.integrations.hunyuan_video.demo_checkpoint import write_demo_checkpoint
+
+    return write_demo_checkpoint(tmp_path_factory.mktemp("models") / "hunyuan-demo")
+
+
+@pytest.fixture(scope="session")
+def demo_adapter(demo_checkpoint):
+    from pipedit.adapter import load_adapter
+
+    return load_adapter(demo_checkpoint)
+
+
+@pytest.fixture(scope="session")
+def diffusers_pipeline(demo_checkpoint):
+    """The reference implementation, loaded unchanged from the same folder."""
+    from diffusers import HunyuanVideoPipeline
+
+    pipe = HunyuanVideoPipeline.from_pretrained(demo_checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe
