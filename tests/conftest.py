@@ -31,3 +31,15 @@ def diffusers_pipeline(demo_checkpoint):
     pipe = HunyuanVideoPipeline.from_pretrained(demo_checkpoint)
     pipe.set_progress_bar_config(disable=True)
     return pipe
+
+
+@pytest.fixture(scope="session")
+def ray_session():
+    """One local Ray instance for the whole test session (starting Ray costs seconds)."""
+    import logging
+
+    import ray
+
+    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
+    yield ray
+    ray.shutdown()

@@ -96,3 +96,10 @@ def test_bad_flag_value_is_an_argparse_error(capsys):
 def test_bad_parallel_setting(capsys, tmp_path):
     code, err = _run(capsys, _generate("--ulysses", "0", output=tmp_path / "v.mp4"))
     assert code == 2 and "ulysses degree must be an integer >= 1" in err
+
+
+def test_more_ulysses_ranks_than_heads_is_refused_up_front(demo_checkpoint, capsys, tmp_path):
+    code, err = _run(capsys, _generate("--model-path", demo_checkpoint, "--ulysses", "5", output=tmp_path / "v.mp4"))
+    assert code == 2
+    assert "exceeds the model's 4 attention heads" in err
+    assert "--ulysses 1 --ring 5" in err

@@ -8,14 +8,13 @@ denoising loop itself lives in pipedit's engine.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, VideoShape, read_model_index
+from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component
 from pipedit.errors import InvalidRequestError
 
@@ -117,6 +116,23 @@ class HunyuanVideoAdapter:
             [prompt], padding="max_length", max_length=CLIP_MAX_TOKENS, truncation=True, return_tensors="pt"
         )
         return self.text_encoder_2(tokens.input_ids.to(self.device), output_hidden_states=False).pooler_output
+
+    # -- sequence parallelism --------------------------------------------------------------
+    @property
+    def num_heads(self) -> int:
+        return self.transformer.config.num_attention_heads
+
+    def attention_shape(self, shape: VideoShape) -> AttentionShape:
+        config = self.transformer.config
+        _, _, frames, height, width = self.latent_shape(shape)
+        tokens = (frames // config.patch_size_t) * (height // config.patch_size) * (width // config.patch_size)
+        return AttentionShape(seq_len=tokens, text_len=LLAMA_MAX_TOKENS, heads=config.num_attention_heads,
+                              head_dim=config.attention_head_dim)
+
+    def enable_sequence_parallel(self, ctx, strategy) -> None:
+        from .parallel import enable_sequence_parallel
+
+        enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape, channels: int = 16) -> tuple[int, ...]:

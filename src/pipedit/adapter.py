@@ -68,8 +68,17 @@ def read_model_index(path: str | Path) -> dict[str, Any]:
     return index
 
 
-def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32) -> ModelAdapter:
+def attention_heads(path: str | Path) -> int:
+    """The DiT's attention head count, read from its config without loading weights."""
+    config_file = Path(path) / "transformer" / "config.json"
+    try:
+        return int(json.loads(config_file.read_text())["num_attention_heads"])
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ModelPathError(f"{config_file} is missing or has no num_attention_heads ({error})") from error
+
+
+def adapter_class_for(path: str | Path) -> type:
+    """The adapter for the checkpoint at `path`; ModelPathError if none supports it."""
     index = read_model_index(path)
     target = _ADAPTERS.get(index["_class_name"])
     if target is None:
@@ -77,5 +86,9 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
             f"{path} holds a {index['_class_name']}; supported pipelines: {', '.join(sorted(_ADAPTERS))}"
         )
     module_name, class_name = target.split(":")
-    adapter_class = getattr(importlib.import_module(module_name), class_name)
-    return adapter_class.from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype)
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
+                 dtype: torch.dtype = torch.float32) -> ModelAdapter:
+    return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype)

@@ -2,8 +2,73 @@
 
 from __future__ import annotations
 
+import argparse
+
+
+def _chunks(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers, got '{text}'") from None
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"chunk sizes must be integers >= 1, got '{text}'")
+    return values
+
+
+def _add_sp(kinds) -> None:
+    p = kinds.add_parser("sp", help="per-step latency: synchronous Ulysses vs PipeSP chunk sizes and auto")
+    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--config", help="YAML engine config; flags override it")
+    p.add_argument("--ulysses", type=int, default=2)
+    p.add_argument("--ring", type=int, default=1)
+    p.add_argument("--height", type=int, default=256)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--num-frames", type=int, default=33)
+    p.add_argument("--chunks", type=_chunks, help="PipeSP chunk sizes, e.g. 1,2 (default: all auto considers)")
+    p.add_argument("--repeats", type=int, default=10, help="timed rounds, modes interleaved (median reported)")
+    p.add_argument("--attention-only", action="store_true",
+                   help="time one attention call at a given head layout on local gloo ranks instead of model steps")
+    p.add_argument("--heads", type=int, default=24, help="--attention-only: heads (HunyuanVideo: 24)")
+    p.add_argument("--head-dim", type=int, default=128, help="--attention-only: head dim (HunyuanVideo: 128)")
+    p.add_argument("--seq-len", type=int, default=4096, help="--attention-only: video tokens over all ranks")
+    p.add_argument("--text-len", type=int, default=256, help="--attention-only: text tokens")
+    p.set_defaults(run=_run_sp)
+
+
+def _run_sp(args) -> int:
+    from .bench import bench_sp
+    from .config import EngineConfig, load_config
+    from .errors import UserInputError
+    from .request import VideoRequest
+
+    if args.repeats < 1:
+        raise UserInputError(f"--repeats must be at least 1, got {args.repeats}")
+    if args.attention_only:
+        return _run_sp_attention(args)
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
+    request = VideoRequest("a benchmark prompt: a red fox running through snow", height=args.height,
+                           width=args.width, num_frames=args.num_frames, steps=1)
+    print(bench_sp(config, request, args.chunks, args.repeats))
+    return 0
+
+
+def _run_sp_attention(args) -> int:
+    from .attention.autotune import AttentionShape
+    from .bench import bench_sp_attention
+    from .errors import UserInputError
+
+    if args.ulysses < 2 or args.ulysses > args.heads:
+        raise UserInputError(f"--ulysses must be between 2 and --heads ({args.heads}), got {args.ulysses}")
+    if min(args.seq_len, args.head_dim) < 1 or args.text_len < 0:
+        raise UserInputError("--seq-len and --head-dim must be >= 1 and --text-len >= 0")
+    shape = AttentionShape(seq_len=args.seq_len, text_len=args.text_len, heads=args.heads, head_dim=args.head_dim)
+    print(bench_sp_attention(args.ulysses, shape, args.repeats))
+    return 0
+
 
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
-    del kinds  # benchmarks register here
+    _add_sp(kinds)

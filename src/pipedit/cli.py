@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 from .errors import UserInputError
+from .logs import quiet_libraries
 
 EXIT_USER_ERROR = 2
 
@@ -101,19 +102,9 @@ def _run_demo_checkpoint(args) -> int:
     return 0
 
 
-def _quiet_libraries() -> None:
-    """Our own progress bar is the one that matters; silence per-file loading bars and notices."""
-    from diffusers.utils import logging as diffusers_logging
-    from transformers.utils import logging as transformers_logging
-
-    for logging in (diffusers_logging, transformers_logging):
-        logging.set_verbosity_error()
-        logging.disable_progress_bar()
-
-
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    _quiet_libraries()
+    quiet_libraries()
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)

@@ -30,10 +30,9 @@ def _check_output(output: Path) -> None:
 def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None) -> Path:
     _check_output(output)
     request = request_from_config(config, prompt)  # validates prompt and steps before loading anything
-    from .runtime.engine import open_engine
+    from .runtime.engine import Engine
 
-    with open_engine(config) as engine:
-        engine.validate(request)
+    with Engine(config) as engine:
         with tqdm(total=request.steps, desc="denoising", unit="step", file=sys.stderr) as bar:
             result = engine.generate(
                 request,

@@ -50,8 +50,8 @@ def test_decoded_frames_equal_diffusers(demo_checkpoint, diffusers_pipeline, hei
     assert (ours - reference).abs().max().item() <= 1e-3
 
 
-def test_same_seed_same_video_other_seed_other_video(demo_adapter):
-    engine = Engine(EngineConfig(), adapter=demo_adapter)
+def test_same_seed_same_video_other_seed_other_video(demo_checkpoint):
+    engine = Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
     first = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=1)).latents
     again = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=1)).latents
     other = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=2)).latents

@@ -1,8 +1,13 @@
-"""pipedit's denoising loop: scheduler steps over an adapter's noise predictions."""
+"""pipedit's denoising loop: scheduler steps over an adapter's noise predictions.
+
+A DenoiseJob holds one request's loop state so that a driver can advance it step by step
+(progress events, cancellation, interleaving); `denoise` runs it to the end.
+"""
 
 from __future__ import annotations
 
-from typing import Callable
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import torch
 
@@ -12,15 +17,43 @@ from ..request import VideoRequest
 StepCallback = Callable[[int, int], None]  # (steps done, total steps)
 
 
-@torch.no_grad()
+@dataclass
+class DenoiseJob:
+    request: VideoRequest
+    cond: dict[str, torch.Tensor]
+    scheduler: Any
+    timesteps: torch.Tensor
+    latents: torch.Tensor
+    steps_done: int = 0
+
+    @classmethod
+    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor]) -> "DenoiseJob":
+        scheduler, timesteps = adapter.make_scheduler(request.steps)
+        latents = adapter.prepare_latents(request.shape, request.generator())
+        return cls(request, cond, scheduler, timesteps, latents)
+
+    @property
+    def total_steps(self) -> int:
+        return len(self.timesteps)
+
+    @property
+    def finished(self) -> bool:
+        return self.steps_done >= self.total_steps
+
+    @torch.no_grad()
+    def step(self, adapter: ModelAdapter) -> None:
+        timestep = self.timesteps[self.steps_done]
+        noise = adapter.predict_noise(self.latents, timestep, self.cond, self.request.guidance_scale)
+        self.latents = self.scheduler.step(noise, timestep, self.latents, return_dict=False)[0]
+        self.steps_done += 1
+
+
 def denoise(adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
             on_step: StepCallback | None = None) -> torch.Tensor:
     """Returns the final float32 latents for one request. Deterministic for a given seed."""
-    scheduler, timesteps = adapter.make_scheduler(request.steps)
-    latents = adapter.prepare_latents(request.shape, request.generator())
-    for index, timestep in enumerate(timesteps):
-        noise = adapter.predict_noise(latents, timestep, cond, request.guidance_scale)
-        latents = scheduler.step(noise, timestep, latents, return_dict=False)[0]
+    job = DenoiseJob.start(adapter, request, cond)
+    while not job.finished:
+        job.step(adapter)
         if on_step is not None:
-            on_step(index + 1, len(timesteps))
-    return latents
+            on_step(job.steps_done, job.total_steps)
+    return job.latents

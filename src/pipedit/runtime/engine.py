@@ -1,6 +1,7 @@
 """The engine: turns VideoRequests into VideoResults on the configured ranks.
 
-This single-process engine runs text encoding, the denoising loop and decoding on one device.
+It drives the workers step by step through an executor (in-process for one rank, Ray actors
+for several), so progress is reported per step whatever the executor.
 """
 
 from __future__ import annotations
@@ -9,10 +10,12 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from ..adapter import ModelAdapter, load_adapter
+from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
 from ..request import VideoRequest, VideoResult
-from .denoise import StepCallback, denoise
+from .denoise import StepCallback
+from .executor import create_executor
+from .sequence_parallel import check_parallel_config
 
 
 def resolve_model_path(path: str | None) -> Path:
@@ -24,51 +27,43 @@ def resolve_model_path(path: str | None) -> Path:
 
 
 class Engine:
-    def __init__(self, config: EngineConfig, adapter: ModelAdapter | None = None):
+    def __init__(self, config: EngineConfig):
         self.config = config
-        self.adapter = adapter or load_adapter(
-            resolve_model_path(config.model.path),
-            device=config.model.torch_device(),
-            dtype=config.model.torch_dtype(),
-        )
-
-    def validate(self, request: VideoRequest) -> None:
-        self.adapter.validate(request.shape, request.steps)
+        model_path = resolve_model_path(config.model.path)
+        adapter_class_for(model_path)
+        check_parallel_config(config.parallel, attention_heads(model_path))
+        self.executor = create_executor(config, str(model_path))
 
     def generate(self, request: VideoRequest, on_step: StepCallback | None = None,
                  on_phase: Callable[[str], None] | None = None) -> VideoResult:
-        self.validate(request)
-        timings: dict[str, float] = {}
         notify = on_phase or (lambda phase: None)
+        timings: dict[str, float] = {}
 
         start = time.perf_counter()
-        cond = self.adapter.encode_prompt(request.prompt)
+        cond = self.executor.call_rank(0, "encode_prompt", request)
         timings["encode_s"] = time.perf_counter() - start
 
         notify("denoising")
         start = time.perf_counter()
-        latents = denoise(self.adapter, request, cond, on_step)
+        total = self.executor.call("begin", request, cond)[0]
+        for _ in range(total):
+            done = self.executor.call("step")[0]
+            if on_step is not None:
+                on_step(done, total)
         timings["denoise_s"] = time.perf_counter() - start
 
         notify("decoding")
         start = time.perf_counter()
-        frames = self.adapter.decode(latents)[0]
+        result = self.executor.call("finish")[0]
         timings["decode_s"] = time.perf_counter() - start
-        return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu(), timings=timings)
+        result.timings.update(timings)
+        return result
 
+    def close(self) -> None:
+        self.executor.close()
 
-class open_engine:
-    """Context manager that builds the engine the config asks for and releases its ranks."""
-
-    def __init__(self, config: EngineConfig):
-        self.config = config
-        self.engine = None
-
-    def __enter__(self) -> Engine:
-        self.engine = Engine(self.config)
-        return self.engine
+    def __enter__(self) -> "Engine":
+        return self
 
     def __exit__(self, *exc) -> None:
-        close = getattr(self.engine, "close", None)
-        if close is not None:
-            close()
+        self.close()

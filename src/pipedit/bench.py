@@ -1,0 +1,82 @@
+"""Benchmarks that print figures. Timings come from inside the workers; ratios compare modes
+measured in the same run, on the same ranks."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import replace
+
+import torch
+
+from .attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_chunk
+from .attention.registry import get_attention_strategy
+from .config import EngineConfig
+from .distributed.context import ParallelContext
+from .distributed.spawn import run_on_gloo_ranks
+from .request import VideoRequest
+
+
+def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> list:
+    if chunks is None:  # every candidate auto considers
+        probe = ParallelContext.single()
+        probe = replace(probe, ulysses_degree=config.parallel.ulysses, world_size=config.parallel.ulysses,
+                        ring_degree=1, ring_global_ranks=(0,))
+        chunks = [c for c in chunk_candidates(probe, heads) if c is not None]
+    return [None, *chunks, "auto"]
+
+
+def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int) -> str:
+    from .runtime.engine import Engine
+
+    if config.parallel.ulysses < 2:
+        from .errors import UserInputError
+
+        raise UserInputError("bench sp compares Ulysses all-to-all modes: use --ulysses 2 or more")
+    config = config.with_overrides("parallel", pipesp_chunk="auto")
+    with Engine(config) as engine:
+        cond = engine.executor.call_rank(0, "encode_prompt", request)
+        heads = engine.executor.call_rank(0, "num_heads")
+        labels = _chunk_list(config, heads, chunks)
+        results = engine.executor.call("time_steps", request, cond, labels, repeats)[0]
+    return format_sp_table(config, request, heads, results)
+
+
+def _attention_rank(rank: int, world_size: int, shape: AttentionShape, rounds: int) -> dict:
+    ctx = ParallelContext.create(world_size, 1)
+    strategy = get_attention_strategy("ulysses", ctx, num_heads=shape.heads)
+    return measure_chunks(strategy, ctx, shape, torch.float32, rounds=rounds)
+
+
+def bench_sp_attention(ulysses: int, shape: AttentionShape, rounds: int) -> str:
+    """One attention call at a model's real head layout, on `ulysses` local gloo ranks (CPU)."""
+    samples = run_on_gloo_ranks(_attention_rank, ulysses, shape, rounds, timeout_s=1800)[0]
+    medians = {chunk: statistics.median(times) for chunk, times in samples.items()}
+    auto = pick_chunk(samples)
+    results = {key: {"chunk": key, "step_s": value} for key, value in medians.items()}
+    results["auto"] = {"chunk": auto, "step_s": medians[auto]}
+    title = (f"attention call, {ulysses} gloo ranks (ulysses), {shape.seq_len} video + {shape.text_len} text tokens, "
+             f"{shape.heads} heads x {shape.head_dim}, median of {rounds} interleaved rounds")
+    return format_table(title, "ms/call", results)
+
+
+def _label(key) -> str:
+    if key is None:
+        return "sync ulysses"
+    return "auto" if key == "auto" else f"pipesp chunk {key}"
+
+
+def format_sp_table(config: EngineConfig, request: VideoRequest, heads: int, results: dict) -> str:
+    p = config.parallel
+    title = (f"per-step latency, {p.ulysses * p.ring} ranks (ulysses {p.ulysses} x ring {p.ring}), "
+             f"{request.height}x{request.width}x{request.num_frames}, {heads} heads, device {config.model.torch_device()}")
+    return format_table(title, "ms/step", results)
+
+
+def format_table(title: str, unit: str, results: dict) -> str:
+    """Rows: sync ulysses, each chunk, auto; `step_s` seconds each; speedup vs the sync row."""
+    baseline = results[None]["step_s"]
+    lines = [title, f"{'mode':<16} {'chunk':>6} {unit:>10} {'speedup vs sync':>16}"]
+    for key, row in results.items():
+        chunk = "-" if row["chunk"] is None else str(row["chunk"])
+        lines.append(f"{_label(key):<16} {chunk:>6} {row['step_s'] * 1e3:>10.2f} {baseline / row['step_s']:>15.3f}x")
+    return "\n".join(lines)

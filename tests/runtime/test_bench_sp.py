@@ -1,0 +1,33 @@
+import re
+
+from pipedit.cli import main
+
+ROW = re.compile(r"^(sync ulysses|pipesp chunk \d+|auto)\s+(-|\d+)\s+([\d.]+)\s+([\d.]+)x$")
+
+
+def _rows(text):
+    return {m.group(1): (m.group(2), float(m.group(3)), float(m.group(4)))
+            for m in map(ROW.match, text.splitlines()) if m}
+
+
+def test_attention_only_table(capsys):
+    assert main(["bench", "sp", "--attention-only", "--heads", "5", "--head-dim", "8", "--seq-len", "33",
+                 "--text-len", "4", "--repeats", "2"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    # 5 heads on 2 ranks: up to 3 local heads, so chunks 1 and 2 are the candidates.
+    assert set(rows) == {"sync ulysses", "pipesp chunk 1", "pipesp chunk 2", "auto"}
+    assert rows["sync ulysses"][2] == 1.0
+    assert all(ms > 0 for _, ms, _ in rows.values())
+
+
+def test_model_step_table(ray_session, demo_checkpoint, capsys):
+    assert main(["bench", "sp", "--model-path", str(demo_checkpoint), "--height", "64", "--width", "64",
+                 "--num-frames", "5", "--repeats", "2"]) == 0
+    rows = _rows(capsys.readouterr().out)
+    assert set(rows) == {"sync ulysses", "pipesp chunk 1", "auto"}  # 4 heads on 2 ranks
+    assert rows["auto"][0] in ("-", "1")
+
+
+def test_bench_needs_two_ulysses_ranks(capsys):
+    assert main(["bench", "sp", "--ulysses", "1"]) == 2
+    assert "--ulysses 2 or more" in capsys.readouterr().err
