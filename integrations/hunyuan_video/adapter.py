@@ -26,6 +26,9 @@ LLAMA_LAYERS_SKIPPED = 2
 
 class HunyuanVideoAdapter:
     family = "hunyuan_video"
+    # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
+    # memory with the 13B DiT.
+    preferred_text_encoder = "vae"
 
     def __init__(self, components: dict, index: dict, device: torch.device, dtype: torch.dtype):
         self.components = components
@@ -129,10 +132,10 @@ class HunyuanVideoAdapter:
         return AttentionShape(seq_len=tokens, text_len=LLAMA_MAX_TOKENS, heads=config.num_attention_heads,
                               head_dim=config.attention_head_dim)
 
-    def enable_sequence_parallel(self, ctx, strategy) -> None:
+    def enable_sequence_parallel(self, ctx, strategy) -> int:
         from .parallel import enable_sequence_parallel
 
-        enable_sequence_parallel(self.transformer, ctx, strategy)
+        return enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape, channels: int = 16) -> tuple[int, ...]:

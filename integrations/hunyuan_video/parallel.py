@@ -74,12 +74,13 @@ class SequenceParallelAttnProcessor:
         return out, text_out
 
 
-def enable_sequence_parallel(transformer, ctx, strategy) -> SequenceShards:
-    """Shards the video sequence across ctx's ranks and routes attention through `strategy`."""
+def enable_sequence_parallel(transformer, ctx, strategy) -> int:
+    """Shards the video sequence across ctx's ranks and routes attention through `strategy`.
+    Returns the number of attention calls per forward that go through the strategy."""
     shards = apply_shard_plan(transformer, SHARD_PLAN, ctx)
     processors = dict(transformer.attn_processors)
-    for name in processors:
-        if name.startswith(_SEQUENCE_BLOCKS):
-            processors[name] = SequenceParallelAttnProcessor(strategy, shards)
+    routed = [name for name in processors if name.startswith(_SEQUENCE_BLOCKS)]
+    for name in routed:
+        processors[name] = SequenceParallelAttnProcessor(strategy, shards)
     transformer.set_attn_processor(processors)
-    return shards
+    return len(routed)

@@ -68,7 +68,65 @@ def _run_sp_attention(args) -> int:
     return 0
 
 
+def _add_pipeline(kinds) -> None:
+    from .cli import add_pipeline_flags
+
+    p = kinds.add_parser("pipeline", help="K prompts: sequential vs DeDiVAE vs DeDiVAE + Aco")
+    p.add_argument("--prompts", type=int, default=6, help="number of prompts (K)")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs of the three modes (median reported)")
+    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--config", help="YAML engine config; flags override it")
+    p.add_argument("--ulysses", type=int)
+    p.add_argument("--ring", type=int)
+    p.add_argument("--height", type=int)
+    p.add_argument("--width", type=int)
+    p.add_argument("--num-frames", type=int)
+    p.add_argument("--steps", type=int)
+    add_pipeline_flags(p)
+    p.set_defaults(run=_run_pipeline)
+
+
+def _run_pipeline(args) -> int:
+    from .bench_pipeline import bench_pipeline
+    from .cli import pipeline_overrides
+    from .config import EngineConfig, load_config
+    from .errors import UserInputError
+    from .generate import request_from_config
+
+    if args.prompts < 1 or args.repeats < 1:
+        raise UserInputError(f"--prompts and --repeats must be at least 1, got {args.prompts} and {args.repeats}")
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
+    if args.decode_ranks is None and config.parallel.decode_ranks == 0:
+        args.decode_ranks = 1  # the benchmark is about decode ranks: 1 unless told otherwise
+    config = pipeline_overrides(config, args)
+    config = config.with_overrides("generation", height=args.height, width=args.width,
+                                   num_frames=args.num_frames, steps=args.steps)
+    template = request_from_config(config, "benchmark")
+    print(bench_pipeline(config, template, args.prompts, args.repeats))
+    return 0
+
+
+def _add_handoff(kinds) -> None:
+    p = kinds.add_parser("handoff", help="latent handoff: Ray object store vs torch.distributed p2p")
+    p.add_argument("--repeats", type=int, default=5)
+    p.set_defaults(run=_run_handoff)
+
+
+def _run_handoff(args) -> int:
+    from .bench_handoff import bench_handoff
+    from .errors import UserInputError
+
+    if args.repeats < 1:
+        raise UserInputError(f"--repeats must be at least 1, got {args.repeats}")
+    print(bench_handoff(args.repeats))
+    return 0
+
+
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
     _add_sp(kinds)
+    _add_pipeline(kinds)
+    _add_handoff(kinds)

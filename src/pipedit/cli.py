@@ -50,7 +50,22 @@ def _add_generate(sub) -> None:
     p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    add_pipeline_flags(p)
     p.set_defaults(run=_run_generate)
+
+
+def _decode_ranks(text: str) -> int | str:
+    return text if text == "auto" else _int(text)
+
+
+def add_pipeline_flags(p) -> None:
+    """DeDiVAE and Aco flags, shared by generate and bench pipeline."""
+    p.add_argument("--decode-ranks", type=_decode_ranks,
+                   help="VAE decode ranks beside the denoise ranks (DeDiVAE): N, or auto (balance rule; needs --ranks)")
+    p.add_argument("--ranks", type=_int, help="total ranks (denoise + decode); with --decode-ranks auto")
+    p.add_argument("--aco", choices=("off", "on", "auto"), help="idle decode ranks compute attention heads")
+    p.add_argument("--text-encoder", choices=("auto", "dit", "vae"), help="which group holds the text encoders")
+    p.add_argument("--handoff", choices=("object_store", "p2p"), help="latent handoff from denoise to decode ranks (default p2p)")
 
 
 def _add_demo_checkpoint(sub) -> None:
@@ -76,9 +91,17 @@ def _engine_config(args):
     config = load_config(args.config) if args.config else EngineConfig()
     config = config.with_overrides("model", path=args.model_path)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
+    config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
         guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+    )
+
+
+def pipeline_overrides(config, args):
+    return config.with_overrides(
+        "parallel", decode_ranks=args.decode_ranks, ranks=args.ranks, aco=args.aco,
+        text_encoder=args.text_encoder, handoff=args.handoff,
     )
 
 

@@ -39,20 +39,57 @@ class ModelConfig:
         return _DTYPES[self.dtype]
 
 
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_choice(name: str, value, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise UserInputError(f"{name} must be one of {', '.join(choices)}, got {value!r}")
+
+
 @dataclass(frozen=True)
 class ParallelConfig:
     ulysses: int = 1
     ring: int = 1
     pipesp_chunk: int | str = "auto"  # heads per PipeSP chunk, "auto", or "off" (synchronous Ulysses)
+    decode_ranks: int | str = 0  # VAE decode ranks beside the denoise ranks (DeDiVAE); "auto": balance rule
+    ranks: int | None = None  # total ranks; needed by decode_ranks "auto", else derived
+    aco: str = "auto"  # attention co-processing by idle decode ranks: off, on, auto
+    text_encoder: str = "auto"  # where the text encoders live: dit, vae, auto (the model's preference)
+    # Latent handoff denoise -> decode: p2p (torch.distributed; measured 5x faster than the Ray
+    # object store for 29 MiB latents on gloo, see `pipedit bench handoff`) or object_store.
+    handoff: str = "p2p"
 
     def __post_init__(self):
         for name in ("ulysses", "ring"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if not _is_int(value) or value < 1:
                 raise UserInputError(f"{name} degree must be an integer >= 1, got {value!r}")
         chunk = self.pipesp_chunk
-        if not (chunk in ("auto", "off") or (isinstance(chunk, int) and not isinstance(chunk, bool) and chunk >= 1)):
+        if not (chunk in ("auto", "off") or (_is_int(chunk) and chunk >= 1)):
             raise UserInputError(f"pipesp_chunk must be 'auto', 'off' or an integer >= 1, got {chunk!r}")
+        self._check_decode()
+        _check_choice("aco", self.aco, ("off", "on", "auto"))
+        _check_choice("text_encoder", self.text_encoder, ("auto", "dit", "vae"))
+        _check_choice("handoff", self.handoff, ("object_store", "p2p"))
+        if self.aco == "on" and (self.decode_ranks == 0 or self.ring > 1):
+            raise UserInputError("aco on needs decode ranks (--decode-ranks N or auto) and --ring 1 "
+                                 "(decode ranks take a share of the Ulysses heads)")
+
+    def _check_decode(self) -> None:
+        decode, ranks = self.decode_ranks, self.ranks
+        if decode == "auto":
+            if not (_is_int(ranks) and ranks >= 2):
+                raise UserInputError("decode_ranks auto needs the total rank count: --ranks N with N >= 2")
+            return
+        if not (_is_int(decode) and decode >= 0):
+            raise UserInputError(f"decode_ranks must be 'auto' or an integer >= 0, got {decode!r}")
+        if ranks is not None and ranks != self.denoise_ranks + decode:
+            raise UserInputError(
+                f"ranks {ranks} != ulysses*ring ({self.denoise_ranks}) + decode_ranks ({decode}); "
+                f"drop --ranks or make them add up"
+            )
 
     @property
     def denoise_ranks(self) -> int:

@@ -10,7 +10,7 @@ from tqdm import tqdm
 
 from .config import EngineConfig
 from .errors import UserInputError
-from .request import VideoRequest
+from .request import RequestEvent, RequestStatus, VideoRequest
 from .video import write_mp4
 
 
@@ -27,6 +27,13 @@ def _check_output(output: Path) -> None:
         raise UserInputError(f"--output {output} is a directory; give a file path ending in .mp4")
 
 
+def _show(bar: tqdm, event: RequestEvent) -> None:
+    if event.status is RequestStatus.DENOISING:
+        bar.update(event.step - bar.n)
+    elif event.status is RequestStatus.DECODING:
+        bar.close()
+
+
 def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None) -> Path:
     _check_output(output)
     request = request_from_config(config, prompt)  # validates prompt and steps before loading anything
@@ -34,11 +41,7 @@ def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_pa
 
     with Engine(config) as engine:
         with tqdm(total=request.steps, desc="denoising", unit="step", file=sys.stderr) as bar:
-            result = engine.generate(
-                request,
-                on_step=lambda done, total: bar.update(done - bar.n),
-                on_phase=lambda phase: bar.close() if phase == "decoding" else None,
-            )
+            result = engine.generate(request, on_event=lambda event: _show(bar, event))
     if latents_path:
         Path(latents_path).parent.mkdir(parents=True, exist_ok=True)
         torch.save(result.latents, latents_path)

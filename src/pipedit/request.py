@@ -54,3 +54,26 @@ class VideoResult:
     frames: torch.Tensor  # [F, H, W, 3] float in [0, 1]
     latents: torch.Tensor  # [1, C, T, h, w] final denoised latents, float32
     timings: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class RequestFailure:
+    """A request that failed; the requests after it go on."""
+
+    request_id: str
+    phase: str  # encode, denoise or decode
+    error: BaseException
+
+    @property
+    def message(self) -> str:
+        return f"request {self.request_id} failed while {self.phase}: {self.error}"
+
+
+@dataclass(frozen=True)
+class RequestEvent:
+    """Progress of one request, streamed to whoever listens (CLI progress bar, HTTP clients)."""
+
+    request_id: str
+    status: RequestStatus
+    step: int = 0
+    total_steps: int = 0

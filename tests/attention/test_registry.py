@@ -18,7 +18,7 @@ def fake_ctx(ulysses: int, ring: int) -> ParallelContext:
 
 
 def test_names() -> None:
-    assert available_strategies() == ("local", "ulysses", "ring", "usp")
+    assert available_strategies() == ("local", "ulysses", "ring", "usp", "aco")
 
 
 def test_unknown_name_lists_valid_ones() -> None:

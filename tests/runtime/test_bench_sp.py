@@ -31,3 +31,17 @@ def test_model_step_table(ray_session, demo_checkpoint, capsys):
 def test_bench_needs_two_ulysses_ranks(capsys):
     assert main(["bench", "sp", "--ulysses", "1"]) == 2
     assert "--ulysses 2 or more" in capsys.readouterr().err
+
+
+PIPELINE_ROW = re.compile(r"^(sequential|dedivae|dedivae\+aco\(\w+\))\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+(\S+)\s+(\d+)$")
+
+
+def test_pipeline_table(ray_session, demo_checkpoint, capsys):
+    assert main(["bench", "pipeline", "--prompts", "2", "--repeats", "1", "--model-path", str(demo_checkpoint),
+                 "--height", "64", "--width", "64", "--num-frames", "5", "--steps", "2", "--aco", "on"]) == 0
+    out = capsys.readouterr().out
+    rows = {m.group(1): m for m in map(PIPELINE_ROW.match, out.splitlines()) if m}
+    assert set(rows) == {"sequential", "dedivae", "dedivae+aco(on)"}
+    assert rows["sequential"].group(6) == "-"
+    assert int(rows["dedivae"].group(7)) == 0 and int(rows["dedivae+aco(on)"].group(7)) > 0
+    assert "ideal bound" in out and "peak memory per rank" in out

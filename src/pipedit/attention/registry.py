@@ -15,6 +15,7 @@ _STRATEGIES: dict[str, str] = {
     "ulysses": "pipedit.attention.usp:UlyssesAttention",
     "ring": "pipedit.attention.usp:RingAttention",
     "usp": "pipedit.attention.usp:USPAttention",
+    "aco": "pipedit.attention.aco:AcoAttention",
 }
 
 

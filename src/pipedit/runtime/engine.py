@@ -1,20 +1,22 @@
 """The engine: turns VideoRequests into VideoResults on the configured ranks.
 
-It drives the workers step by step through an executor (in-process for one rank, Ray actors
-for several), so progress is reported per step whatever the executor.
+It plans the world (denoise and decode ranks, see pipedit.planner), starts the executor
+(in-process for one rank, Ray actors for several) and runs requests through the scheduler,
+which pipelines denoising and decoding across requests.
 """
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
-from typing import Callable
+from typing import Iterable, Iterator
 
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
-from ..request import VideoRequest, VideoResult
-from .denoise import StepCallback
+from ..planner import resolve_parallel
+from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
+from .layout import WorldLayout
+from .scheduler import EventCallback, Outcome, PipelineScheduler
 from .sequence_parallel import check_parallel_config
 
 
@@ -29,35 +31,26 @@ def resolve_model_path(path: str | None) -> Path:
 class Engine:
     def __init__(self, config: EngineConfig):
         self.config = config
-        model_path = resolve_model_path(config.model.path)
-        adapter_class_for(model_path)
-        check_parallel_config(config.parallel, attention_heads(model_path))
-        self.executor = create_executor(config, str(model_path))
+        model_path = str(resolve_model_path(config.model.path))
+        adapter_class = adapter_class_for(model_path)
+        heads = attention_heads(model_path)
+        parallel = resolve_parallel(config, model_path, heads)
+        check_parallel_config(parallel, heads)
+        self.parallel = parallel
+        self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
+        self.executor = create_executor(config, model_path, self.layout)
+        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.model.torch_dtype())
 
-    def generate(self, request: VideoRequest, on_step: StepCallback | None = None,
-                 on_phase: Callable[[str], None] | None = None) -> VideoResult:
-        notify = on_phase or (lambda phase: None)
-        timings: dict[str, float] = {}
+    def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
+                      **options) -> Iterator[Outcome]:
+        """VideoResult or RequestFailure per request, in completion order."""
+        return self.scheduler.run(list(requests), on_event, **options)
 
-        start = time.perf_counter()
-        cond = self.executor.call_rank(0, "encode_prompt", request)
-        timings["encode_s"] = time.perf_counter() - start
-
-        notify("denoising")
-        start = time.perf_counter()
-        total = self.executor.call("begin", request, cond)[0]
-        for _ in range(total):
-            done = self.executor.call("step")[0]
-            if on_step is not None:
-                on_step(done, total)
-        timings["denoise_s"] = time.perf_counter() - start
-
-        notify("decoding")
-        start = time.perf_counter()
-        result = self.executor.call("finish")[0]
-        timings["decode_s"] = time.perf_counter() - start
-        result.timings.update(timings)
-        return result
+    def generate(self, request: VideoRequest, on_event: EventCallback | None = None) -> VideoResult:
+        (outcome,) = self.generate_many([request], on_event)
+        if isinstance(outcome, RequestFailure):
+            raise outcome.error
+        return outcome
 
     def close(self) -> None:
         self.executor.close()

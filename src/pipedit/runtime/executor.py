@@ -1,7 +1,8 @@
 """Executors run the same worker code on one rank in-process, or on N ranks as Ray actors.
 
-The engine calls `call(method, *args)` (every rank, results in rank order) and
-`call_rank(rank, method, *args)`; it never knows which executor it has.
+The engine and scheduler call `call(method, *args)` (every denoise rank, results in rank order)
+and `call_rank(rank, method, *args)`; a Ray executor also submits calls without waiting
+(decode ranks work while the denoise ranks go on).
 """
 
 from __future__ import annotations
@@ -12,13 +13,16 @@ from typing import Any
 
 from ..config import EngineConfig
 from ..errors import UserInputError
+from .decode_worker import DecodeWorker
+from .faults import ENV as FAULT_ENV
+from .layout import WorldLayout
 from .worker import DenoiseWorker
 
 
 class InProcessExecutor:
-    def __init__(self, config: EngineConfig, model_path: str):
-        self.world_size = 1
-        self.worker = DenoiseWorker(config)
+    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
+        self.layout = layout
+        self.worker = DenoiseWorker(config, layout)
         self.worker.setup(model_path)
 
     def call(self, method: str, *args: Any) -> list[Any]:
@@ -32,34 +36,38 @@ class InProcessExecutor:
 
 
 class RayExecutor:
-    """N actors, one per GPU (or per CPU slot), packed on one node by a STRICT_PACK placement
-    group; torch.distributed over NCCL on GPUs, gloo on CPUs."""
+    """One actor per rank (per GPU, or per CPU slot), packed on one node by a STRICT_PACK
+    placement group; torch.distributed over NCCL on GPUs, gloo on CPUs."""
 
-    def __init__(self, config: EngineConfig, model_path: str, world_size: int):
+    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
         import ray
-        from ray.util.placement_group import placement_group, remove_placement_group
+        from ray.util.placement_group import placement_group
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray = ray
-        self.world_size = world_size
-        self._started_ray = _ensure_ray(world_size)
+        self.layout = layout
+        self._started_ray = _ensure_ray(layout.world_size)
         use_gpu = config.model.torch_device().type == "cuda"
         bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-        self._group = placement_group([bundle] * world_size, strategy="STRICT_PACK")
-        self._remove_group = remove_placement_group
+        self._group = placement_group([bundle] * layout.world_size, strategy="STRICT_PACK")
         ray.get(self._group.ready(), timeout=120)
-        actor_class = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0)(DenoiseWorker)
-        self.actors = [
-            actor_class.options(
+        env = {"TOKENIZERS_PARALLELISM": "false"}
+        if os.environ.get(FAULT_ENV):
+            env[FAULT_ENV] = os.environ[FAULT_ENV]
+        self.actors = []
+        for rank in range(layout.world_size):
+            decode = rank >= layout.denoise
+            # Decode actors take a second call while decoding (prompt encoding for the next request).
+            actor_class = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0,
+                                     max_concurrency=2 if decode else 1)(DecodeWorker if decode else DenoiseWorker)
+            self.actors.append(actor_class.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
-                runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}},
-            ).remote(config, rank, world_size)
-            for rank in range(world_size)
-        ]
-        rendezvous = self._get(self.actors[0].rendezvous_address.remote())
-        self._get([actor.setup.remote(model_path, rendezvous) for actor in self.actors])
+                runtime_env={"env_vars": env},
+            ).remote(config, layout, rank))
+        rendezvous = self.get(self.actors[0].rendezvous_address.remote())
+        self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors])
 
-    def _get(self, refs):
+    def get(self, refs):
         try:
             return self._ray.get(refs)
         except self._ray.exceptions.RayTaskError as error:
@@ -68,16 +76,32 @@ class RayExecutor:
                 raise error.cause from None
             raise
 
+    def submit(self, method: str, *args: Any) -> list:
+        return [getattr(actor, method).remote(*args) for actor in self.actors[: self.layout.denoise]]
+
+    def submit_rank(self, rank: int, method: str, *args: Any):
+        return getattr(self.actors[rank], method).remote(*args)
+
     def call(self, method: str, *args: Any) -> list[Any]:
-        return self._get([getattr(actor, method).remote(*args) for actor in self.actors])
+        return self.get(self.submit(method, *args))
 
     def call_rank(self, rank: int, method: str, *args: Any) -> Any:
-        return self._get(getattr(self.actors[rank], method).remote(*args))
+        return self.get(self.submit_rank(rank, method, *args))
+
+    def ready(self, refs: list, timeout: float = 0.0) -> list:
+        done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        return done
+
+    def wait_one(self, refs: list) -> Any:
+        done, _ = self._ray.wait(refs, num_returns=1)
+        return done[0]
 
     def close(self) -> None:
+        from ray.util.placement_group import remove_placement_group
+
         for actor in self.actors:
             self._ray.kill(actor)
-        self._remove_group(self._group)
+        remove_placement_group(self._group)
         if self._started_ray:
             self._ray.shutdown()
 
@@ -97,8 +121,7 @@ def _ensure_ray(world_size: int) -> bool:
     return True
 
 
-def create_executor(config: EngineConfig, model_path: str):
-    world_size = config.parallel.denoise_ranks
-    if world_size == 1:
-        return InProcessExecutor(config, model_path)
-    return RayExecutor(config, model_path, world_size)
+def create_executor(config: EngineConfig, model_path: str, layout: WorldLayout):
+    if layout.world_size == 1:
+        return InProcessExecutor(config, model_path, layout)
+    return RayExecutor(config, model_path, layout)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import torch
 
+from ..attention.aco import plan_aco
 from ..attention.autotune import measure_chunks, pick_chunk
 from ..attention.registry import get_attention_strategy
 from ..config import ParallelConfig
 from ..distributed.context import ParallelContext
 from ..errors import UserInputError
 from ..request import VideoRequest
+from .layout import WorldLayout
 
 
 def check_parallel_config(parallel: ParallelConfig, num_heads: int) -> None:
@@ -32,24 +34,33 @@ def strategy_name(parallel: ParallelConfig) -> str:
 
 
 class SequenceParallelRuntime:
-    def __init__(self, ctx: ParallelContext, strategy, parallel: ParallelConfig, dtype: torch.dtype):
+    def __init__(self, ctx: ParallelContext, strategy, parallel: ParallelConfig, dtype: torch.dtype,
+                 attention_calls: int, aco_capable: bool):
         self.ctx = ctx
         self.strategy = strategy
         self.parallel = parallel
         self.dtype = dtype
+        self.attention_calls = attention_calls  # sequence-parallel attention calls per forward
+        self.aco_capable = aco_capable
         self.chosen_chunks: dict[tuple, int | None] = {}  # attention shape -> PipeSP chunk
 
     @classmethod
-    def install(cls, adapter, parallel: ParallelConfig, device: torch.device) -> "SequenceParallelRuntime":
-        ctx = ParallelContext.create(parallel.ulysses, parallel.ring, device=device)
-        name = strategy_name(parallel)
-        options = {}
-        if name != "ring":
-            fixed = parallel.pipesp_chunk
-            options = {"num_heads": adapter.num_heads, "chunk_heads": fixed if isinstance(fixed, int) else None}
+    def install(cls, adapter, ctx: ParallelContext, layout: WorldLayout,
+                parallel: ParallelConfig) -> "SequenceParallelRuntime | None":
+        """Routes the DiT's attention through the layout's strategy; None when there is nothing
+        to parallelise (one denoise rank and no Aco helpers)."""
+        if ctx.world_size == 1 and not layout.aco:
+            return None
+        name = "aco" if layout.aco else strategy_name(parallel)
+        fixed = parallel.pipesp_chunk
+        options = {} if name == "ring" else {
+            "num_heads": adapter.num_heads, "chunk_heads": fixed if isinstance(fixed, int) else None,
+        }
+        if layout.aco:
+            options["plan"] = plan_aco(adapter.num_heads, layout.denoise_ranks, layout.decode_ranks)
         strategy = get_attention_strategy(name, ctx, **options)
-        adapter.enable_sequence_parallel(ctx, strategy)
-        return cls(ctx, strategy, parallel, adapter.dtype)
+        calls = adapter.enable_sequence_parallel(ctx, strategy)
+        return cls(ctx, strategy, parallel, adapter.dtype, calls, layout.aco)
 
     def prepare(self, adapter, request: VideoRequest) -> None:
         if self.parallel.pipesp_chunk == "auto":
@@ -57,7 +68,7 @@ class SequenceParallelRuntime:
 
     def auto_chunk(self, adapter, request: VideoRequest) -> int | None:
         """Collective: the first request of a shape measures and fixes its PipeSP chunk."""
-        if self.parallel.ulysses == 1:
+        if self.ctx.ulysses_degree == 1:
             return None  # no Ulysses all-to-all to pipeline
         shape = adapter.attention_shape(request.shape)
         key = tuple(vars(shape).values())

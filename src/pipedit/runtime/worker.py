@@ -1,72 +1,41 @@
-"""A denoise worker: one rank of the sequence-parallel group.
+"""A denoise worker: one rank of the sequence-parallel DiT group.
 
 The same class runs in-process (a world of one rank) and inside Ray actors (one per GPU). The
-engine drives it with plain dataclasses: encode_prompt (rank 0), begin, step, finish.
+engine drives it with plain dataclasses: encode_prompt (on the text rank), begin, step, finish.
 """
 
 from __future__ import annotations
 
-import os
-import socket
-from datetime import timedelta
+import time
 
 import torch
 
-from ..adapter import load_adapter
-from ..config import EngineConfig
-from ..logs import quiet_libraries
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
+from .faults import maybe_fail
+from .rank import RankWorker
 from .sequence_parallel import SequenceParallelRuntime
 
-RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
-
-
-class DenoiseWorker:
-    def __init__(self, config: EngineConfig, rank: int = 0, world_size: int = 1):
-        self.config = config
-        self.rank = rank
-        self.world_size = world_size
-        self.adapter = None
-        self.sp: SequenceParallelRuntime | None = None
-        self.job: DenoiseJob | None = None
-
-    def rendezvous_address(self) -> str:
-        """host:port for torch.distributed, chosen on rank 0's node."""
-        import ray.util
-
-        return f"{ray.util.get_node_ip_address()}:{_free_port()}"
+class DenoiseWorker(RankWorker):
+    sp: SequenceParallelRuntime | None = None
+    job: DenoiseJob | None = None
+    _pending_send = None
 
     def setup(self, model_path: str, rendezvous: str | None = None) -> None:
-        quiet_libraries()
-        device = self.config.model.torch_device()
-        if self.world_size > 1:
-            self._init_process_group(device, rendezvous)
-        parts = {"dit"} | ({"text", "vae"} if self.rank == 0 else set())
-        self.adapter = load_adapter(model_path, parts=parts, device=device, dtype=self.config.model.torch_dtype())
-        if self.world_size > 1:
-            self.sp = SequenceParallelRuntime.install(self.adapter, self.config.parallel, device)
-
-    def _init_process_group(self, device: torch.device, rendezvous: str | None) -> None:
-        import torch.distributed as dist
-
-        if device.type == "cuda":
-            torch.cuda.set_device(device)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.world_size))
-        dist.init_process_group(
-            backend="nccl" if device.type == "cuda" else "gloo",
-            init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.world_size,
-            timeout=RENDEZVOUS_TIMEOUT,
-        )
+        self._join(model_path, rendezvous)
+        if self.layout.world_size > 1:
+            self.sp = SequenceParallelRuntime.install(self.adapter, self.ctx, self.layout, self.config.parallel)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
+
+    def attention_shape(self, request: VideoRequest):
+        return self.adapter.attention_shape(request.shape)
+
+    def aco_calls(self) -> int:
+        """Attention calls per transformer forward that Aco helpers must serve."""
+        return self.sp.attention_calls if self.sp is not None else 0
 
     # -- one request ----------------------------------------------------------------------
     def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
@@ -75,32 +44,70 @@ class DenoiseWorker:
 
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
-        device = self.adapter.device
-        cond = {k: v.to(device) for k, v in cond.items()}
+        cond = {k: v.to(self.device) for k, v in cond.items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
         self.job = DenoiseJob.start(self.adapter, request, cond)
         return self.job.total_steps
 
-    def step(self) -> int:
-        self.job.step(self.adapter)
+    def step(self, aco: bool = False) -> int:
+        maybe_fail("denoise", self.job.request.prompt)
+        self._set_aco(aco)
+        try:
+            self.job.step(self.adapter)
+        finally:
+            self._set_aco(False)
         return self.job.steps_done
 
-    def finish(self) -> VideoResult | None:
-        """Rank 0 decodes and returns the result; other ranks return None."""
+    def _set_aco(self, active: bool) -> None:
+        if active and not (self.sp is not None and self.sp.aco_capable):
+            raise RuntimeError("this world has no Aco helpers (no decode ranks, or ring > 1)")
+        if self.sp is not None and self.sp.aco_capable:
+            self.sp.strategy.active = active
+
+    def time_forward(self, aco: bool) -> float:
+        """Seconds for one transformer forward on the current job, without advancing it."""
+        job = self.job
+        self._set_aco(aco)
+        try:
+            start = time.perf_counter()
+            self.adapter.predict_noise(job.latents, job.timesteps[job.steps_done], job.cond, job.request.guidance_scale)
+            if job.latents.is_cuda:
+                torch.cuda.synchronize()
+            return time.perf_counter() - start
+        finally:
+            self._set_aco(False)
+
+    def time_steps(self, request: VideoRequest, cond: dict, chunks: list, rounds: int) -> dict:
+        from .step_timer import time_steps
+
+        return time_steps(self, request, cond, chunks, rounds)
+
+    def finish(self, decode_rank: int | None = None) -> VideoResult | torch.Tensor | None:
+        """No decode ranks: rank 0 decodes and returns the VideoResult. With decode ranks, rank 0
+        hands the latents to `decode_rank`: returned for the Ray object store, or sent
+        point-to-point (p2p handoff; the send is waited on at the next handoff)."""
         job, self.job = self.job, None
         if self.rank != 0:
             return None
-        frames = self.adapter.decode(job.latents)[0].cpu()
-        return VideoResult(job.request.request_id, frames=frames, latents=job.latents.float().cpu())
+        latents = job.latents.float()
+        if self.layout.decode == 0:
+            frames = self.adapter.decode(job.latents)[0].cpu()
+            return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
+        if self.layout.handoff == "p2p":
+            import torch.distributed as dist
 
-    def time_steps(self, request: VideoRequest, cond: dict, chunks: list, repeats: int) -> dict:
-        from .step_timer import time_steps
+            self._wait_send()
+            latents = latents.contiguous()
+            self._pending_send = (dist.isend(latents, decode_rank), latents)
+            return None
+        return latents.cpu()
 
-        return time_steps(self, request, cond, chunks, repeats)
+    def _wait_send(self) -> None:
+        if self._pending_send is not None:
+            self._pending_send[0].wait()
+            self._pending_send = None
 
     def close(self) -> None:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.destroy_process_group()
+        self._wait_send()
+        super().close()

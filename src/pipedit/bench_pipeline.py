@@ -1,0 +1,101 @@
+"""`pipedit bench pipeline`: K prompts (a) sequentially on the same ranks (each request decoded
+before the next starts), (b) with DeDiVAE (request k decodes while k+1 denoises), (c) DeDiVAE
+with Aco. All three run on one world, so the figures compare like with like."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+
+from .config import EngineConfig
+from .errors import UserInputError
+from .request import RequestFailure, VideoRequest
+
+PROMPTS = ["a red fox running through fresh snow", "a lighthouse at dusk, waves", "a city street in the rain at night",
+           "a hot air balloon over green hills", "a cat chasing a butterfly", "ocean waves on black sand"]
+
+
+@dataclass
+class ModeFigures:
+    name: str
+    total_s: float
+    latencies_s: list[float]  # completion time of each request from the batch start
+    denoise_s: list[float]
+    decode_s: list[float]
+    aco_steps: int
+    failures: int
+
+    @property
+    def throughput(self) -> float:
+        return len(self.latencies_s) / self.total_s
+
+
+def _requests(template: VideoRequest, count: int) -> list[VideoRequest]:
+    return [VideoRequest(PROMPTS[i % len(PROMPTS)], height=template.height, width=template.width,
+                         num_frames=template.num_frames, steps=template.steps, seed=i) for i in range(count)]
+
+
+def _run_mode(engine, name: str, requests: list[VideoRequest], **options) -> ModeFigures:
+    start = time.perf_counter()
+    figures = ModeFigures(name, 0.0, [], [], [], 0, 0)
+    for outcome in engine.generate_many(requests, **options):
+        if isinstance(outcome, RequestFailure):
+            figures.failures += 1
+            continue
+        figures.latencies_s.append(time.perf_counter() - start)
+        figures.denoise_s.append(outcome.timings["encode_s"] + outcome.timings["denoise_s"])
+        figures.decode_s.append(outcome.timings["decode_s"])
+        figures.aco_steps += int(outcome.timings.get("aco_steps", 0))
+    figures.total_s = time.perf_counter() - start
+    return figures
+
+
+def bench_pipeline(config: EngineConfig, template: VideoRequest, prompts: int, repeats: int = 3) -> str:
+    """Runs the three modes `repeats` times, interleaved (machine noise hits all of them alike),
+    and reports each mode's median run."""
+    from .runtime.engine import Engine
+
+    if config.parallel.decode_ranks == 0:
+        raise UserInputError("bench pipeline needs decode ranks: --decode-ranks N (or auto with --ranks)")
+    with Engine(config) as engine:
+        list(engine.generate_many(_requests(template, 1)))  # warm-up; settles Aco auto for this shape
+        requests = _requests(template, prompts)
+        modes = {"sequential": dict(pipelined=False, aco="off"), "dedivae": dict(pipelined=True, aco="off"),
+                 f"dedivae+aco({engine.parallel.aco})": dict(pipelined=True)}
+        runs: dict[str, list[ModeFigures]] = {name: [] for name in modes}
+        for _ in range(repeats):
+            for name, options in modes.items():
+                runs[name].append(_run_mode(engine, name, requests, **options))
+        memory = [engine.executor.call_rank(r, "peak_memory_bytes") for r in range(engine.layout.world_size)]
+    medians = [sorted(figures, key=lambda f: f.total_s)[len(figures) // 2] for figures in runs.values()]
+    return format_report(engine, template, medians, memory, repeats)
+
+
+def format_report(engine, template: VideoRequest, modes: list[ModeFigures], memory: list[int], repeats: int) -> str:
+    layout = engine.layout
+    base = modes[0]
+    # Per-request times as the sequential run spends them: everything up to the handoff counts
+    # as denoising (prompt encoding included), the rest as decoding.
+    t_denoise, t_decode = statistics.fmean(base.denoise_s), statistics.fmean(base.decode_s)
+    ideal = (t_denoise + t_decode) / max(t_denoise, t_decode)
+    lines = [
+        f"{len(base.latencies_s)} prompts, {template.height}x{template.width}x{template.num_frames}, "
+        f"{template.steps} steps; {layout.denoise} denoise ranks (ulysses {layout.ulysses} x ring {layout.ring}) + "
+        f"{layout.decode} decode ranks; text encoder with the {layout.text_on}; median of {repeats} interleaved runs",
+        f"per request (sequential run): T_denoise {t_denoise:.3f} s, T_decode {t_decode:.3f} s; "
+        f"ideal bound (T_denoise + T_decode) / max = {ideal:.3f}x",
+        f"{'mode':<18} {'total s':>8} {'mean latency s':>15} {'videos/s':>9} {'speedup':>8} {'of ideal':>9} {'aco steps':>10}",
+    ]
+    for mode in modes:
+        speedup = base.total_s / mode.total_s
+        of_ideal = "-" if mode is base else f"{speedup / ideal:.1%}"
+        lines.append(
+            f"{mode.name:<18} {mode.total_s:>8.2f} {statistics.fmean(mode.latencies_s):>15.2f} "
+            f"{mode.throughput:>9.3f} {speedup:>7.3f}x {of_ideal:>9} {mode.aco_steps:>10}"
+            + (f"  ({mode.failures} failed)" if mode.failures else "")
+        )
+    roles = ["denoise"] * layout.denoise + ["decode"] * layout.decode
+    peak = ", ".join(f"rank {r} ({role}) {b / 2**20:.0f} MiB" for r, (role, b) in enumerate(zip(roles, memory)))
+    lines.append(f"peak memory per rank ({'CUDA allocated' if engine.config.model.torch_device().type == 'cuda' else 'process RSS'}): {peak}")
+    return "\n".join(lines)

@@ -1,0 +1,51 @@
+"""A decode worker: one rank of the VAE decode group (DeDiVAE). It decodes one request at a
+time, may hold the text encoders, and while it has nothing to decode it can serve attention
+heads for the denoise ranks (Aco)."""
+
+from __future__ import annotations
+
+import torch
+
+from ..adapter import attention_heads
+from ..attention.aco import AcoShape, plan_aco, serve_aco_calls
+from ..attention.kernels import AttentionKernel
+from ..request import VideoRequest, VideoResult
+from .faults import maybe_fail
+from .rank import RankWorker
+
+
+class DecodeWorker(RankWorker):
+    def setup(self, model_path: str, rendezvous: str | None = None) -> None:
+        self._join(model_path, rendezvous)
+        self.aco_pairs = []
+        if self.layout.aco:
+            plan = plan_aco(attention_heads(model_path), self.layout.denoise_ranks, self.layout.decode_ranks)
+            self.aco_pairs = plan.served_by(self.rank)
+        self.kernel = AttentionKernel()
+
+    def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
+        return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
+
+    def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
+        """Decodes the latents handed over through the object store, or receives them from
+        denoise rank 0 (p2p handoff: `latents` is None)."""
+        if latents is None:
+            latents = self._receive_latents(request)
+        maybe_fail("decode", request.prompt)
+        frames = self.adapter.decode(latents.to(self.device))[0].cpu()
+        return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
+
+    def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
+        import torch.distributed as dist
+
+        channels = self.adapter.vae.config.latent_channels
+        latents = torch.empty(self.adapter.latent_shape(request.shape, channels), dtype=torch.float32,
+                              device=self.device)
+        dist.recv(latents, src=0)
+        return latents
+
+    def aco_serve(self, shape: AcoShape, calls: int) -> int:
+        """Serve `calls` attention calls (one transformer forward) for the denoise ranks."""
+        if self.aco_pairs:
+            serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device)
+        return len(self.aco_pairs)

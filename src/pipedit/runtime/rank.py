@@ -1,0 +1,81 @@
+"""What every rank does, whatever its role: join the world, load its model parts, report."""
+
+from __future__ import annotations
+
+import os
+import resource
+import socket
+from datetime import timedelta
+
+import torch
+
+from ..adapter import load_adapter
+from ..config import EngineConfig
+from ..distributed.context import ParallelContext
+from ..logs import quiet_libraries
+from .layout import WorldLayout
+
+RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("", 0))
+        return sock.getsockname()[1]
+
+
+class RankWorker:
+    def __init__(self, config: EngineConfig, layout: WorldLayout, rank: int = 0):
+        self.config = config
+        self.layout = layout
+        self.rank = rank
+        self.device = config.model.torch_device()
+        self.adapter = None
+        self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
+
+    def rendezvous_address(self) -> str:
+        """host:port for torch.distributed, chosen on rank 0's node."""
+        import ray.util
+
+        return f"{ray.util.get_node_ip_address()}:{_free_port()}"
+
+    def _join(self, model_path: str, rendezvous: str | None) -> None:
+        quiet_libraries()
+        if self.layout.world_size > 1:
+            self._init_process_group(rendezvous)
+            # Collective on every rank, decode ranks included (they get None back).
+            self.ctx = ParallelContext.create(
+                self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device
+            )
+        self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
+                                    dtype=self.config.model.torch_dtype())
+
+    def _init_process_group(self, rendezvous: str | None) -> None:
+        import torch.distributed as dist
+
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.layout.world_size))
+        dist.init_process_group(
+            backend="nccl" if self.device.type == "cuda" else "gloo",
+            init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.layout.world_size,
+            timeout=RENDEZVOUS_TIMEOUT,
+        )
+
+    def loaded_parameters(self) -> dict[str, int]:
+        """Parameter count of every loaded model component (what this rank holds in memory)."""
+        return {
+            name: sum(p.numel() for p in module.parameters())
+            for name, module in self.adapter.components.items() if isinstance(module, torch.nn.Module)
+        }
+
+    def peak_memory_bytes(self) -> int:
+        if self.device.type == "cuda":
+            return int(torch.cuda.max_memory_allocated(self.device))
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()

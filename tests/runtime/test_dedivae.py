@@ -1,0 +1,92 @@
+"""DeDiVAE and Aco end to end on the demo model (Ray actors, gloo).
+
+Every request's latents and frames must equal the single-device run. The decode rank runs the
+same VAE on the same latents, and Aco moves heads between ranks without changing their math, so
+differences come only from thread-count-dependent float reordering in CPU kernels: 1e-4.
+"""
+
+import pytest
+import torch
+
+from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
+from pipedit.request import RequestFailure, VideoRequest
+from pipedit.runtime.engine import Engine
+
+PROMPTS = ["a red fox in snow", "a lighthouse at dusk", "rain on a window", "a paper boat on a river"]
+TOLERANCE = 1e-4
+
+
+def _requests():
+    return [VideoRequest(p, height=64, width=96, num_frames=9, steps=2, seed=i) for i, p in enumerate(PROMPTS)]
+
+
+def _config(path, **parallel):
+    return EngineConfig(model=ModelConfig(path=str(path)), parallel=ParallelConfig(**parallel))
+
+
+@pytest.fixture(scope="module")
+def reference(demo_checkpoint):
+    with Engine(_config(demo_checkpoint)) as engine:
+        return {r.request_id: engine.generate(r) for r in _requests()}
+
+
+def _by_prompt(outcomes, requests):
+    ids = {r.request_id: r.prompt for r in requests}
+    return {ids[o.request_id]: o for o in outcomes}
+
+
+def _assert_equal_to_reference(outcomes, requests, reference):
+    expected = {r.prompt: reference[ref_id] for ref_id, r in zip(reference, _requests())}
+    got = _by_prompt(outcomes, requests)
+    assert sorted(got) == sorted(PROMPTS)
+    for prompt, result in got.items():
+        assert not isinstance(result, RequestFailure), result.message
+        assert (result.latents - expected[prompt].latents).abs().max().item() <= TOLERANCE
+        assert (result.frames - expected[prompt].frames).abs().max().item() <= TOLERANCE
+
+
+@pytest.mark.parametrize("ulysses", [1, 2], ids=["denoise1-decode1", "denoise2-decode1"])
+def test_pipelined_requests_equal_single_device_with_and_without_aco(ray_session, demo_checkpoint, reference, ulysses):
+    with Engine(_config(demo_checkpoint, ulysses=ulysses, decode_ranks=1)) as engine:
+        for aco in ("off", "on"):
+            requests = _requests()
+            outcomes = list(engine.generate_many(requests, aco=aco))
+            _assert_equal_to_reference(outcomes, requests, reference)
+            aco_steps = sum(o.timings["aco_steps"] for o in outcomes)
+            assert (aco_steps > 0) == (aco == "on")  # on: used whenever the decode rank is idle
+        parameters = [engine.executor.call_rank(r, "loaded_parameters") for r in range(ulysses + 1)]
+    for rank in range(ulysses):
+        assert parameters[rank]["transformer"] > 0 and "vae" not in parameters[rank]
+    assert parameters[ulysses]["vae"] > 0 and "transformer" not in parameters[ulysses]
+    assert "text_encoder" in parameters[ulysses]  # HunyuanVideo keeps its text encoder with the VAE
+
+
+def test_object_store_handoff_and_text_encoder_with_the_dit(ray_session, demo_checkpoint, reference):
+    with Engine(_config(demo_checkpoint, decode_ranks=1, handoff="object_store", text_encoder="dit", aco="off")) as engine:
+        requests = _requests()
+        _assert_equal_to_reference(list(engine.generate_many(requests)), requests, reference)
+        assert "text_encoder" in engine.executor.call_rank(0, "loaded_parameters")
+
+
+@pytest.mark.parametrize("phase", ["denoise", "decode"])
+def test_a_failing_request_fails_alone(ray_session, demo_checkpoint, monkeypatch, phase):
+    monkeypatch.setenv("PIPEDIT_TEST_FAULT", f"{phase}:lighthouse")
+    with Engine(_config(demo_checkpoint, decode_ranks=1, aco="off")) as engine:
+        requests = _requests()
+        outcomes = _by_prompt(engine.generate_many(requests), requests)
+    failed = outcomes.pop("a lighthouse at dusk")
+    assert isinstance(failed, RequestFailure)
+    assert failed.phase == phase and "injected" in failed.message
+    assert all(not isinstance(o, RequestFailure) for o in outcomes.values())
+    assert len(outcomes) == 3
+
+
+def test_decode_ranks_auto_uses_the_balance_rule(ray_session, demo_checkpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
+    config = _config(demo_checkpoint, decode_ranks="auto", ranks=3)
+    with Engine(config) as engine:
+        layout = engine.layout
+        result = engine.generate(_requests()[0])
+    assert layout.world_size == 3 and 1 <= layout.decode <= 2
+    assert result.latents.shape == (1, 16, 3, 8, 12)
+    assert (tmp_path / "calibration.json").is_file()  # measured once, cached for next time
