@@ -15,7 +15,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, VideoShape, read_model_index
 from pipedit.attention.autotune import AttentionShape
-from pipedit.components import load_component
+from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 
 LLAMA_MAX_TOKENS = 256
@@ -30,13 +30,15 @@ class HunyuanVideoAdapter:
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
 
-    def __init__(self, components: dict, index: dict, device: torch.device, dtype: torch.dtype):
+    def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype):
         self.components = components
-        self.index = index
+        # Shapes come from the configs, so that every role knows them without the weights.
+        self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
         self.device = torch.device(device)
         self.dtype = dtype
         self.template = DEFAULT_PROMPT_TEMPLATE
-        self.spatial_ratio, self.temporal_ratio = self._compression_ratios()
+        self.spatial_ratio = self.vae_config["spatial_compression_ratio"]
+        self.temporal_ratio = self.vae_config["temporal_compression_ratio"]
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -52,7 +54,8 @@ class HunyuanVideoAdapter:
         components = {
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
-        return cls(components, index, device, dtype)
+        configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
+        return cls(components, configs, device, dtype)
 
     def __getattr__(self, name):
         components = self.__dict__.get("components", {})
@@ -66,16 +69,10 @@ class HunyuanVideoAdapter:
     def scheduler_config(self):
         return self.components["scheduler"].config
 
-    def _compression_ratios(self) -> tuple[int, int]:
-        if "vae" in self.components:
-            return self.vae.spatial_compression_ratio, self.vae.temporal_compression_ratio
-        return 8, 4  # HunyuanVideo VAE: 8x spatial, 4x temporal
-
     # -- validation ------------------------------------------------------------------------
     @property
     def size_multiple(self) -> int:
-        patch = self.transformer.config.patch_size if "transformer" in self.components else 2
-        return self.spatial_ratio * patch
+        return self.spatial_ratio * self.dit_config["patch_size"]
 
     def validate(self, shape: VideoShape, steps: int) -> None:
         m, r = self.size_multiple, self.temporal_ratio
@@ -123,14 +120,15 @@ class HunyuanVideoAdapter:
     # -- sequence parallelism --------------------------------------------------------------
     @property
     def num_heads(self) -> int:
-        return self.transformer.config.num_attention_heads
+        return self.dit_config["num_attention_heads"]
 
     def attention_shape(self, shape: VideoShape) -> AttentionShape:
-        config = self.transformer.config
+        config = self.dit_config
         _, _, frames, height, width = self.latent_shape(shape)
-        tokens = (frames // config.patch_size_t) * (height // config.patch_size) * (width // config.patch_size)
-        return AttentionShape(seq_len=tokens, text_len=LLAMA_MAX_TOKENS, heads=config.num_attention_heads,
-                              head_dim=config.attention_head_dim)
+        patch, patch_t = config["patch_size"], config["patch_size_t"]
+        tokens = (frames // patch_t) * (height // patch) * (width // patch)
+        return AttentionShape(seq_len=tokens, text_len=LLAMA_MAX_TOKENS, heads=self.num_heads,
+                              head_dim=config["attention_head_dim"])
 
     def enable_sequence_parallel(self, ctx, strategy) -> int:
         from .parallel import enable_sequence_parallel
@@ -138,14 +136,13 @@ class HunyuanVideoAdapter:
         return enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- denoising -------------------------------------------------------------------------
-    def latent_shape(self, shape: VideoShape, channels: int = 16) -> tuple[int, ...]:
+    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
         frames = (shape.num_frames - 1) // self.temporal_ratio + 1
+        channels = self.dit_config["in_channels"]
         return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
 
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
-        channels = self.transformer.config.in_channels if "transformer" in self.components else 16
-        return randn_tensor(self.latent_shape(shape, channels), generator=generator, device=self.device,
-                            dtype=torch.float32)
+        return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
     def make_scheduler(self, steps: int):
         scheduler = type(self.components["scheduler"]).from_config(self.scheduler_config)

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import torch
 
-from .attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_chunk
+from .attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
 from .attention.registry import get_attention_strategy
 from .config import EngineConfig
 from .distributed.context import ParallelContext
@@ -51,7 +51,7 @@ def bench_sp_attention(ulysses: int, shape: AttentionShape, rounds: int) -> str:
     """One attention call at a model's real head layout, on `ulysses` local gloo ranks (CPU)."""
     samples = run_on_gloo_ranks(_attention_rank, ulysses, shape, rounds, timeout_s=1800)[0]
     medians = {chunk: statistics.median(times) for chunk, times in samples.items()}
-    auto = pick_chunk(samples)
+    auto = pick_faster(samples)
     results = {key: {"chunk": key, "step_s": value} for key, value in medians.items()}
     results["auto"] = {"chunk": auto, "step_s": medians[auto]}
     title = (f"attention call, {ulysses} gloo ranks (ulysses), {shape.seq_len} video + {shape.text_len} text tokens, "

@@ -5,6 +5,7 @@ lets a rank hold only what its role needs."""
 from __future__ import annotations
 
 import importlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -58,3 +59,14 @@ def load_component(root: str | Path, index: dict[str, Any], name: str, *,
     module.requires_grad_(False)
     module.eval()
     return module.to(device) if device is not None else module
+
+
+def read_component_config(root: str | Path, name: str) -> dict[str, Any]:
+    """A model component's config.json, without loading its weights."""
+    file = Path(root) / name / "config.json"
+    try:
+        return json.loads(file.read_text())
+    except OSError:
+        raise ModelPathError(f"{file} is missing") from None
+    except json.JSONDecodeError as error:
+        raise ModelPathError(f"{file} is not valid JSON ({error})") from error

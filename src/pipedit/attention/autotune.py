@@ -103,11 +103,11 @@ def measure_chunks(strategy, ctx: ParallelContext, shape: AttentionShape, dtype:
     return {chunk: samples[:, i].tolist() for i, chunk in enumerate(candidates)}
 
 
-def pick_chunk(samples: dict, margin: float = 0.05):
+def pick_faster(samples: dict, margin: float = 0.05):
     """The key with the lowest median if it beats the baseline (key None: synchronous Ulysses,
     or Aco off) by more than `margin` on the median and in at least two thirds of the paired
     rounds; else None, the baseline."""
-    medians = {chunk: statistics.median(times) for chunk, times in samples.items()}
+    medians = {key: statistics.median(times) for key, times in samples.items()}
     best = min(medians, key=medians.get)
     if best is None or medians[best] >= medians[None] * (1 - margin):
         return None

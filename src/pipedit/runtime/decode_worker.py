@@ -24,6 +24,7 @@ class DecodeWorker(RankWorker):
         self.kernel = AttentionKernel()
 
     def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
+        self.adapter.validate(request.shape, request.steps)
         return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
 
     def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
@@ -38,9 +39,7 @@ class DecodeWorker(RankWorker):
     def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
         import torch.distributed as dist
 
-        channels = self.adapter.vae.config.latent_channels
-        latents = torch.empty(self.adapter.latent_shape(request.shape, channels), dtype=torch.float32,
-                              device=self.device)
+        latents = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
         dist.recv(latents, src=0)
         return latents
 

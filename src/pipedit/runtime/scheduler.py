@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from ..attention.aco import AcoShape
-from ..attention.autotune import pick_chunk
+from ..attention.autotune import pick_faster
 from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from .layout import WorldLayout
 
@@ -45,6 +46,17 @@ class PipelineScheduler:
         yield from run.drain()
 
 
+@dataclass
+class _Decoding:
+    """A request whose latents a decode rank holds."""
+
+    request: VideoRequest
+    rank: int
+    started: float  # when the request began (encode)
+    handed: float  # when its latents were handed off
+    timings: dict
+
+
 class _Run:
     """State of one `run` call: decodes in flight and free decode ranks."""
 
@@ -55,7 +67,7 @@ class _Run:
         self.emit = emit
         self.pipelined = pipelined
         self.aco_mode = aco_mode
-        self.in_flight: dict = {}  # decode ref -> (request, rank, started)
+        self.in_flight: dict = {}  # decode call ref -> _Decoding
         self.free = deque(self.layout.decode_ranks)
         self.shape_of: tuple = (None, None)  # (request id, its AcoShape)
 
@@ -101,7 +113,7 @@ class _Run:
         handed = self.ex.submit("finish", rank)[0]
         latents = handed if self.layout.handoff == "object_store" else None
         ref = self.ex.submit_rank(rank, "decode", request, latents)
-        self.in_flight[ref] = (request, rank, started, timings, time.perf_counter())
+        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings)
         if not self.pipelined:
             yield from self._collect(block=True)
         return None
@@ -115,14 +127,14 @@ class _Run:
                 if not ready:
                     return
             for ref in ready:
-                request, rank, started, timings, handed = self.in_flight.pop(ref)
-                self.free.append(rank)
+                decoding = self.in_flight.pop(ref)
+                self.free.append(decoding.rank)
                 try:
                     result = self.ex.get(ref)
-                    timings["decode_s"] = time.perf_counter() - handed
-                    yield self._done(request, result, timings, started)
+                    decoding.timings["decode_s"] = time.perf_counter() - decoding.handed
+                    yield self._done(decoding.request, result, decoding.timings, decoding.started)
                 except Exception as error:  # noqa: BLE001
-                    yield self._failed(request, "decode", error)
+                    yield self._failed(decoding.request, "decode", error)
             if first_only or not block:
                 return
 
@@ -164,7 +176,10 @@ class _Run:
 
     def _with_helpers(self, method: str, arg, shape: AcoShape) -> list:
         """Runs `method(arg)` on the denoise ranks while the decode ranks serve Aco heads for one
-        forward; returns the denoise ranks' results."""
+        forward; returns the denoise ranks' results.
+
+        Hazard: if a denoise rank fails inside this forward, the helpers wait for messages that
+        never come, until the process group's timeout; the failure is reported for the request."""
         if self.s.aco_calls is None:
             self.s.aco_calls = self.ex.call_rank(0, "aco_calls")
         helpers = [self.ex.submit_rank(r, "aco_serve", shape, self.s.aco_calls) for r in self.layout.decode_ranks]
@@ -173,9 +188,9 @@ class _Run:
 
     def _measure_aco(self, shape: AcoShape) -> bool:
         """Interleaved rounds of one forward without and with Aco (slowest rank per sample); the
-        first round warms up. Aco wins only as pick_chunk decides: clearly and consistently."""
+        first round warms up. Aco wins only as pick_faster decides: clearly and consistently."""
         samples: dict = {None: [], True: []}
         for _ in range(ACO_ROUNDS + 1):
             samples[None].append(max(self.ex.call("time_forward", False)))
             samples[True].append(max(self._with_helpers("time_forward", True, shape)))
-        return pick_chunk({key: times[1:] for key, times in samples.items()}) is True
+        return pick_faster({key: times[1:] for key, times in samples.items()}) is True

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..attention.aco import plan_aco
-from ..attention.autotune import measure_chunks, pick_chunk
+from ..attention.autotune import measure_chunks, pick_faster
 from ..attention.registry import get_attention_strategy
 from ..config import ParallelConfig
 from ..distributed.context import ParallelContext
@@ -73,5 +73,5 @@ class SequenceParallelRuntime:
         shape = adapter.attention_shape(request.shape)
         key = tuple(vars(shape).values())
         if key not in self.chosen_chunks:
-            self.chosen_chunks[key] = pick_chunk(measure_chunks(self.strategy, self.ctx, shape, self.dtype))
+            self.chosen_chunks[key] = pick_faster(measure_chunks(self.strategy, self.ctx, shape, self.dtype))
         return self.chosen_chunks[key]
