@@ -31,12 +31,22 @@ class VideoShape:
 
 
 class ModelAdapter(Protocol):
+    """One model family. Loads the parts a rank's role needs (`parts`); shapes come from the
+    component configs, so every role can validate requests and size buffers."""
+
     family: str
+    preferred_text_encoder: str  # "dit" or "vae": which group holds the text encoders by default
+    components: dict[str, Any]
+    device: torch.device
+    dtype: torch.dtype
+    num_heads: int
 
     def validate(self, shape: VideoShape, steps: int) -> None:
         """Raises InvalidRequestError naming what is allowed."""
 
     def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]: ...
+
+    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]: ...
 
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor: ...
 
@@ -48,6 +58,13 @@ class ModelAdapter(Protocol):
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """Latents [B, C, T, h, w] -> frames [B, F, H, W, 3] float in [0, 1]."""
+
+    def attention_shape(self, shape: VideoShape) -> Any:
+        """The DiT's attention call for this video (pipedit.attention.autotune.AttentionShape)."""
+
+    def enable_sequence_parallel(self, ctx: Any, strategy: Any) -> int:
+        """Routes the DiT's attention through `strategy` and shards its sequence over ctx's ranks
+        from outside the model code; returns the attention calls per forward it routed."""
 
 
 def read_model_index(path: str | Path) -> dict[str, Any]:

@@ -110,7 +110,7 @@ def _run_generate(args) -> int:
 
     config = _engine_config(args)
     output = generate_to_file(config, args.prompt, Path(args.output), args.save_latents)
-    print(output)
+    print(output.resolve())
     return 0
 
 

@@ -23,10 +23,6 @@ class DecodeWorker(RankWorker):
             self.aco_pairs = plan.served_by(self.rank)
         self.kernel = AttentionKernel()
 
-    def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
-        self.adapter.validate(request.shape, request.steps)
-        return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
-
     def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
         """Decodes the latents handed over through the object store, or receives them from
         denoise rank 0 (p2p handoff: `latents` is None)."""

@@ -1,20 +1,18 @@
 """pipedit's denoising loop: scheduler steps over an adapter's noise predictions.
 
-A DenoiseJob holds one request's loop state so that a driver can advance it step by step
-(progress events, cancellation, interleaving); `denoise` runs it to the end.
+A DenoiseJob holds one request's loop state so that the engine advances it step by step on
+every denoise rank (progress events, Aco decisions per step, interleaving with decodes).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from ..adapter import ModelAdapter
 from ..request import VideoRequest
-
-StepCallback = Callable[[int, int], None]  # (steps done, total steps)
 
 
 @dataclass
@@ -46,14 +44,3 @@ class DenoiseJob:
         noise = adapter.predict_noise(self.latents, timestep, self.cond, self.request.guidance_scale)
         self.latents = self.scheduler.step(noise, timestep, self.latents, return_dict=False)[0]
         self.steps_done += 1
-
-
-def denoise(adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
-            on_step: StepCallback | None = None) -> torch.Tensor:
-    """Returns the final float32 latents for one request. Deterministic for a given seed."""
-    job = DenoiseJob.start(adapter, request, cond)
-    while not job.finished:
-        job.step(adapter)
-        if on_step is not None:
-            on_step(job.steps_done, job.total_steps)
-    return job.latents

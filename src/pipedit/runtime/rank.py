@@ -13,6 +13,7 @@ from ..adapter import load_adapter
 from ..config import EngineConfig
 from ..distributed.context import ParallelContext
 from ..logs import quiet_libraries
+from ..request import VideoRequest
 from .layout import WorldLayout
 
 RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
@@ -61,6 +62,12 @@ class RankWorker:
             init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.layout.world_size,
             timeout=RENDEZVOUS_TIMEOUT,
         )
+
+    def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
+        """On the rank holding the text encoders; validates the request first (cheap, and before
+        any rank spends time on it)."""
+        self.adapter.validate(request.shape, request.steps)
+        return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
 
     def loaded_parameters(self) -> dict[str, int]:
         """Parameter count of every loaded model component (what this rank holds in memory)."""

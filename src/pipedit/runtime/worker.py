@@ -38,10 +38,6 @@ class DenoiseWorker(RankWorker):
         return self.sp.attention_calls if self.sp is not None else 0
 
     # -- one request ----------------------------------------------------------------------
-    def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
-        self.adapter.validate(request.shape, request.steps)
-        return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
-
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
         cond = {k: v.to(self.device) for k, v in cond.items()}
