@@ -30,7 +30,7 @@ class HunyuanVideoAdapter:
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
 
-    def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype):
+    def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None):
         self.components = components
         # Shapes come from the configs, so that every role knows them without the weights.
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
@@ -42,7 +42,8 @@ class HunyuanVideoAdapter:
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=torch.float32):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None):
+        """dtype None loads each component as diffusers' pipeline does by default."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:

@@ -38,7 +38,7 @@ class ModelAdapter(Protocol):
     preferred_text_encoder: str  # "dit" or "vae": which group holds the text encoders by default
     components: dict[str, Any]
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype | None  # as requested; None: each component's library default
     num_heads: int
 
     def validate(self, shape: VideoShape, steps: int) -> None:
@@ -107,5 +107,5 @@ def adapter_class_for(path: str | Path) -> type:
 
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
-                 dtype: torch.dtype = torch.float32) -> ModelAdapter:
+                 dtype: torch.dtype | None = None) -> ModelAdapter:
     return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype)

@@ -20,7 +20,9 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 class ModelConfig:
     path: str | None = None  # None: the embedded tiny demo model
     device: str = "auto"  # auto: cuda when available, else cpu
-    dtype: str = "auto"  # auto: bfloat16 on cuda, float32 on cpu
+    # auto: bfloat16 on cuda; on cpu, what diffusers' from_pretrained gives without torch_dtype
+    # (diffusers models in float32, transformers models in their stored dtype), so results match it.
+    dtype: str = "auto"
 
     def __post_init__(self):
         if self.dtype != "auto" and self.dtype not in _DTYPES:
@@ -33,9 +35,10 @@ class ModelConfig:
             return torch.device("cuda" if torch.cuda.is_available() else "cpu")
         return torch.device(self.device)
 
-    def torch_dtype(self) -> torch.dtype:
+    def torch_dtype(self) -> torch.dtype | None:
+        """The dtype to load every component in; None: each library's default (see `dtype`)."""
         if self.dtype == "auto":
-            return torch.bfloat16 if self.torch_device().type == "cuda" else torch.float32
+            return torch.bfloat16 if self.torch_device().type == "cuda" else None
         return _DTYPES[self.dtype]
 
 

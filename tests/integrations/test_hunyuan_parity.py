@@ -57,3 +57,26 @@ def test_same_seed_same_video_other_seed_other_video(demo_checkpoint):
     other = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=2)).latents
     assert torch.equal(first, again)
     assert not torch.allclose(first, other)
+
+
+def test_stored_dtypes_load_as_diffusers_loads_them(demo_checkpoint, tmp_path):
+    """A checkpoint whose text encoders are stored in bfloat16 (as released checkpoints often
+    are): with dtype auto on CPU, pipedit loads every component as diffusers' default
+    from_pretrained does, so the results still match the reference."""
+    import shutil
+
+    from diffusers import HunyuanVideoPipeline
+    from transformers import CLIPTextModel, LlamaModel
+
+    mixed = tmp_path / "mixed"
+    shutil.copytree(demo_checkpoint, mixed)
+    for name, model_class in (("text_encoder", LlamaModel), ("text_encoder_2", CLIPTextModel)):
+        model_class.from_pretrained(mixed / name).to(torch.bfloat16).save_pretrained(mixed / name)
+    reference_pipe = HunyuanVideoPipeline.from_pretrained(mixed)
+    assert reference_pipe.text_encoder.dtype == torch.bfloat16
+    reference_pipe.set_progress_bar_config(disable=True)
+    reference = reference_pipe(prompt=PROMPT, height=64, width=64, num_frames=5, num_inference_steps=2,
+                               generator=torch.Generator("cpu").manual_seed(4), output_type="latent").frames
+    with Engine(EngineConfig(model=ModelConfig(path=str(mixed)))) as engine:
+        ours = engine.generate(VideoRequest(PROMPT, height=64, width=64, num_frames=5, steps=2, seed=4)).latents
+    assert (ours - reference).abs().max().item() <= 1e-4

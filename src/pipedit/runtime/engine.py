@@ -39,7 +39,7 @@ class Engine:
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self.executor = create_executor(config, model_path, self.layout)
-        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.model.torch_dtype())
+        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco)
 
     def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
                       **options) -> Iterator[Outcome]:

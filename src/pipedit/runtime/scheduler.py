@@ -24,11 +24,10 @@ ACO_ROUNDS = 5
 
 
 class PipelineScheduler:
-    def __init__(self, executor, layout: WorldLayout, aco: str = "auto", dtype=None):
+    def __init__(self, executor, layout: WorldLayout, aco: str = "auto"):
         self.executor = executor
         self.layout = layout
         self.aco_mode = aco if layout.aco else "off"
-        self.dtype = dtype
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
 
@@ -164,9 +163,7 @@ class _Run:
 
     def _aco_shape(self, request: VideoRequest) -> AcoShape:
         if self.shape_of[0] != request.request_id:
-            attention = self.ex.call_rank(0, "attention_shape", request)
-            shape = AcoShape(attention.seq_len, attention.text_len, attention.head_dim, self.s.dtype)
-            self.shape_of = (request.request_id, shape)
+            self.shape_of = (request.request_id, self.ex.call_rank(0, "aco_shape", request))
         return self.shape_of[1]
 
     def _step(self, request: VideoRequest, use_aco: bool) -> int:

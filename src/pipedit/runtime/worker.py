@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from ..attention.aco import AcoShape
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
 from .faults import maybe_fail
@@ -30,8 +31,11 @@ class DenoiseWorker(RankWorker):
     def num_heads(self) -> int:
         return self.adapter.num_heads
 
-    def attention_shape(self, request: VideoRequest):
-        return self.adapter.attention_shape(request.shape)
+    def aco_shape(self, request: VideoRequest) -> AcoShape:
+        """What Aco helpers receive per attention call of this request (a Ulysses rank holds
+        the whole video sequence for its heads)."""
+        attention = self.adapter.attention_shape(request.shape)
+        return AcoShape(attention.seq_len, attention.text_len, attention.head_dim, self.adapter.transformer.dtype)
 
     def aco_calls(self) -> int:
         """Attention calls per transformer forward that Aco helpers must serve."""
