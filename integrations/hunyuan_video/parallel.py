@@ -34,39 +34,60 @@ def _norm(norm, x: torch.Tensor) -> torch.Tensor:
 
 
 class SequenceParallelAttnProcessor:
+    """Projects Q, K, V and hands them to the strategy. With a Ulysses-style strategy each video
+    projection's all-to-all starts as soon as it is computed, so the next projections (and the
+    text stream's) overlap the communication; the math is the same either way."""
+
     def __init__(self, strategy, shards: SequenceShards):
         self.strategy = strategy
         self.shards = shards
+        self.overlapped = hasattr(strategy, "start_sequence_to_heads")
+
+    def _start(self, video: torch.Tensor):
+        if self.overlapped:
+            return self.strategy.start_sequence_to_heads(video, self.shards.sizes)
+        return video
+
+    def _video_and_text(self, attn, hidden_states, encoder_hidden_states, rotary):
+        """Per projection: the video part (all-to-all started) and the text part."""
+        text_len = encoder_hidden_states.shape[1]
+        single_stream = attn.add_q_proj is None  # one projection for video and text
+        source = torch.cat([hidden_states, encoder_hidden_states], dim=1) if single_stream else hidden_states
+        started, text = [], []
+        for proj, norm, rope in ((attn.to_q, attn.norm_q, rotary), (attn.to_k, attn.norm_k, rotary), (attn.to_v, None, None)):
+            projected = _norm(norm, _heads(proj(source), attn.heads))
+            video = projected[:, :-text_len] if single_stream else projected
+            if rope is not None:
+                video = apply_rotary_emb(video, rope, sequence_dim=1)
+            started.append(self._start(video))
+            if single_stream:
+                text.append(projected[:, -text_len:])
+        if not single_stream:  # computed while the video all-to-alls are in flight
+            for proj, norm in ((attn.add_q_proj, attn.norm_added_q), (attn.add_k_proj, attn.norm_added_k),
+                               (attn.add_v_proj, None)):
+                text.append(_norm(norm, _heads(proj(encoder_hidden_states), attn.heads)))
+        return started, text
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None,
                  image_rotary_emb=None):
         if encoder_hidden_states is None:
             raise RuntimeError("HunyuanVideo sequence-parallel attention expects text tokens")
         text_len = encoder_hidden_states.shape[1]
-        if attn.add_q_proj is None:  # single-stream block: one projection for video and text
-            both = torch.cat([hidden_states, encoder_hidden_states], dim=1)
-            q, k, v = (_heads(proj(both), attn.heads) for proj in (attn.to_q, attn.to_k, attn.to_v))
-            q, k = _norm(attn.norm_q, q), _norm(attn.norm_k, k)
-            (q, text_q), (k, text_k), (v, text_v) = (
-                (t[:, :-text_len], t[:, -text_len:]) for t in (q, k, v)
-            )
-        else:  # dual-stream block: separate projections and norms for the text stream
-            q, k, v = (_heads(proj(hidden_states), attn.heads) for proj in (attn.to_q, attn.to_k, attn.to_v))
-            q, k = _norm(attn.norm_q, q), _norm(attn.norm_k, k)
-            text_q, text_k, text_v = (
-                _heads(proj(encoder_hidden_states), attn.heads)
-                for proj in (attn.add_q_proj, attn.add_k_proj, attn.add_v_proj)
-            )
-            text_q, text_k = _norm(attn.norm_added_q, text_q), _norm(attn.norm_added_k, text_k)
-        q = apply_rotary_emb(q, image_rotary_emb, sequence_dim=1)
-        k = apply_rotary_emb(k, image_rotary_emb, sequence_dim=1)
-        # The model's mask is [B, 1, 1, S_local + L]: video keys are always valid, text keys padded.
-        text_mask = attention_mask[:, 0, 0, -text_len:] if attention_mask is not None else None
-        out, text_out = self.strategy(
-            q, k, v, shard_sizes=self.shards.sizes,
-            joint_q=text_q, joint_k=text_k, joint_v=text_v, joint_kv_mask=text_mask,
+        started, (text_q, text_k, text_v) = self._video_and_text(
+            attn, hidden_states, encoder_hidden_states, image_rotary_emb
         )
-        out, text_out = out.flatten(2, 3).to(q.dtype), text_out.flatten(2, 3).to(q.dtype)
+        # The model's mask is [B, 1, 1, S_local + L]: video keys are always valid, text keys padded.
+        joint = {"joint_q": text_q, "joint_k": text_k, "joint_v": text_v,
+                 "joint_kv_mask": attention_mask[:, 0, 0, -text_len:] if attention_mask is not None else None}
+        if self.overlapped:
+            q_h, k_h, v_h = (pending.wait() for pending in started)
+            out, text_out = self.strategy.attend_heads(
+                q_h, k_h, v_h, num_heads=attn.heads, shard_sizes=self.shards.sizes, **joint
+            )
+        else:
+            out, text_out = self.strategy(*started, shard_sizes=self.shards.sizes, **joint)
+        dtype = text_q.dtype
+        out, text_out = out.flatten(2, 3).to(dtype), text_out.flatten(2, 3).to(dtype)
         if getattr(attn, "to_out", None) is not None:
             out = attn.to_out[1](attn.to_out[0](out))
         if getattr(attn, "to_add_out", None) is not None:
