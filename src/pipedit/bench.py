@@ -4,7 +4,6 @@ measured in the same run, on the same ranks."""
 from __future__ import annotations
 
 import statistics
-from dataclasses import replace
 
 import torch
 
@@ -18,10 +17,7 @@ from .request import VideoRequest
 
 def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> list:
     if chunks is None:  # every candidate auto considers
-        probe = ParallelContext.single()
-        probe = replace(probe, ulysses_degree=config.parallel.ulysses, world_size=config.parallel.ulysses,
-                        ring_degree=1, ring_global_ranks=(0,))
-        chunks = [c for c in chunk_candidates(probe, heads) if c is not None]
+        chunks = [c for c in chunk_candidates(config.parallel.ulysses, heads) if c is not None]
     return [None, *chunks, "auto"]
 
 

@@ -1,15 +1,10 @@
 from pipedit.attention.autotune import chunk_candidates, pick_faster
-from pipedit.distributed.context import ParallelContext
-
-
-def _ctx(ulysses):
-    return ParallelContext(0, ulysses, ulysses, 1, None, None, None, (0,), ParallelContext.single().device)
 
 
 def test_candidates_are_powers_of_two_below_local_heads():
-    assert chunk_candidates(_ctx(8), 24) == [None, 1, 2]  # 3 heads per rank
-    assert chunk_candidates(_ctx(5), 24) == [None, 1, 2, 4]  # uneven: up to 5 heads on a rank
-    assert chunk_candidates(_ctx(4), 4) == [None]  # one head per rank: nothing to chunk
+    assert chunk_candidates(8, 24) == [None, 1, 2]  # 3 heads per rank
+    assert chunk_candidates(5, 24) == [None, 1, 2, 4]  # uneven: up to 5 heads on a rank
+    assert chunk_candidates(4, 4) == [None]  # one head per rank: nothing to chunk
 
 
 def test_sync_stays_unless_a_chunk_clearly_wins():

@@ -29,8 +29,9 @@ class AttentionShape:
     head_dim: int
 
 
-def chunk_candidates(ctx: ParallelContext, heads: int) -> list[int | None]:
-    local_heads = max(shard_sizes(heads, ctx.ulysses_degree))
+def chunk_candidates(ulysses_degree: int, heads: int) -> list[int | None]:
+    """None (synchronous) and chunk sizes 1, 2, 4, ... below the largest local head count."""
+    local_heads = max(shard_sizes(heads, ulysses_degree))
     chunks, size = [], 1
     while size < local_heads:
         chunks.append(size)
@@ -87,7 +88,7 @@ def measure_chunks(strategy, ctx: ParallelContext, shape: AttentionShape, dtype:
     """Per-call seconds of each candidate chunk over `rounds` interleaved rounds (slowest rank).
     Collective: every rank of ctx.sp_group must call it with the same arguments."""
     args, sizes, joint = _inputs(ctx, shape, dtype)
-    candidates = chunk_candidates(ctx, shape.heads)
+    candidates = chunk_candidates(ctx.ulysses_degree, shape.heads)
     saved = strategy.chunk_heads
 
     def call_with(chunk):

@@ -22,10 +22,11 @@ class RankFailure(RuntimeError):
     """A spawned rank raised, died or timed out; the message holds the child's traceback."""
 
 
-def free_tcp_port() -> int:
+def free_tcp_port(host: str = "127.0.0.1") -> int:
+    """A TCP port free on `host` ("" for every interface, as a multi-node rendezvous needs)."""
     # Racy by nature (another process may grab it before the store binds), rarely a problem.
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
+        sock.bind((host, 0))
         return sock.getsockname()[1]
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import resource
-import socket
 from datetime import timedelta
 
 import torch
@@ -12,17 +11,12 @@ import torch
 from ..adapter import load_adapter
 from ..config import EngineConfig
 from ..distributed.context import ParallelContext
+from ..distributed.spawn import free_tcp_port
 from ..logs import quiet_libraries
 from ..request import VideoRequest
 from .layout import WorldLayout
 
 RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("", 0))
-        return sock.getsockname()[1]
 
 
 class RankWorker:
@@ -38,7 +32,7 @@ class RankWorker:
         """host:port for torch.distributed, chosen on rank 0's node."""
         import ray.util
 
-        return f"{ray.util.get_node_ip_address()}:{_free_port()}"
+        return f"{ray.util.get_node_ip_address()}:{free_tcp_port('')}"
 
     def _join(self, model_path: str, rendezvous: str | None) -> None:
         quiet_libraries()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from ..attention.aco import plan_aco
-from ..attention.autotune import measure_chunks, pick_faster
+from ..attention.autotune import AttentionShape, measure_chunks, pick_faster
 from ..attention.registry import get_attention_strategy
 from ..config import ParallelConfig
 from ..distributed.context import ParallelContext
@@ -42,7 +42,7 @@ class SequenceParallelRuntime:
         self.dtype = dtype
         self.attention_calls = attention_calls  # sequence-parallel attention calls per forward
         self.aco_capable = aco_capable
-        self.chosen_chunks: dict[tuple, int | None] = {}  # attention shape -> PipeSP chunk
+        self.chosen_chunks: dict[AttentionShape, int | None] = {}  # PipeSP chunk per attention shape
 
     @classmethod
     def install(cls, adapter, ctx: ParallelContext, layout: WorldLayout,
@@ -71,7 +71,6 @@ class SequenceParallelRuntime:
         if self.ctx.ulysses_degree == 1:
             return None  # no Ulysses all-to-all to pipeline
         shape = adapter.attention_shape(request.shape)
-        key = tuple(vars(shape).values())
-        if key not in self.chosen_chunks:
-            self.chosen_chunks[key] = pick_faster(measure_chunks(self.strategy, self.ctx, shape, self.dtype))
-        return self.chosen_chunks[key]
+        if shape not in self.chosen_chunks:
+            self.chosen_chunks[shape] = pick_faster(measure_chunks(self.strategy, self.ctx, shape, self.dtype))
+        return self.chosen_chunks[shape]
