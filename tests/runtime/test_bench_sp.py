@@ -45,3 +45,14 @@ def test_pipeline_table(ray_session, demo_checkpoint, capsys):
     assert rows["sequential"].group(6) == "-"
     assert int(rows["dedivae"].group(7)) == 0 and int(rows["dedivae+aco(on)"].group(7)) > 0
     assert "ideal bound" in out and "peak memory per rank" in out
+
+
+def test_handoff_table(ray_session, monkeypatch, capsys):
+    import pipedit.bench_handoff as handoff
+
+    monkeypatch.setattr(handoff, "SIZES", [("tiny", (1, 2, 3, 4, 5))])
+    assert main(["bench", "handoff", "--repeats", "2"]) == 0
+    row = [line for line in capsys.readouterr().out.splitlines() if line.startswith("tiny")]
+    assert len(row) == 1
+    store_ms, p2p_ms = map(float, row[0].split()[-2:])
+    assert store_ms > 0 and p2p_ms > 0
