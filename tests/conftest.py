@@ -17,13 +17,6 @@ def demo_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def demo_adapter(demo_checkpoint):
-    from pipedit.adapter import load_adapter
-
-    return load_adapter(demo_checkpoint)
-
-
-@pytest.fixture(scope="session")
 def diffusers_pipeline(demo_checkpoint):
     """The reference implementation, loaded unchanged from the same folder."""
     from diffusers import HunyuanVideoPipeline

@@ -4,7 +4,6 @@ import json
 import torch
 
 from pipedit.cli import main
-from pipedit.integrations.hunyuan_video.demo_checkpoint import write_demo_checkpoint
 
 COMPONENTS = ["scheduler", "text_encoder", "text_encoder_2", "tokenizer", "tokenizer_2", "transformer", "vae"]
 

@@ -6,7 +6,6 @@ differences come only from thread-count-dependent float reordering in CPU kernel
 """
 
 import pytest
-import torch
 
 from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
 from pipedit.request import RequestFailure, VideoRequest

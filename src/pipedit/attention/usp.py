@@ -31,7 +31,7 @@ from pipedit.attention.base import (
     joint_attention,
 )
 from pipedit.attention.kernels import AttentionKernel, LseKernel
-from pipedit.attention.ring import RingSpec, ring_attention
+from pipedit.attention.ring import ring_attention
 from pipedit.attention.ulysses_comm import (
     assemble_heads,
     start_gather_heads,

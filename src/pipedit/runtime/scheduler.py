@@ -27,7 +27,7 @@ class PipelineScheduler:
     def __init__(self, executor, layout: WorldLayout, aco: str = "auto"):
         self.executor = executor
         self.layout = layout
-        self.aco_mode = aco if layout.aco else "off"
+        self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
 
@@ -36,7 +36,7 @@ class PipelineScheduler:
         """Yields one outcome per request, in completion order. `pipelined=False` waits for each
         decode before the next request starts (the sequential baseline of `bench pipeline`)."""
         emit = on_event or (lambda event: None)
-        aco_mode = self.aco_mode if aco is None else (aco if self.layout.aco else "off")
+        aco_mode = (aco or self.aco_mode) if self.layout.aco else "off"  # no helpers: no Aco
         run = _Run(self, emit, pipelined, aco_mode)
         for request in requests:
             emit(RequestEvent(request.request_id, RequestStatus.QUEUED))
