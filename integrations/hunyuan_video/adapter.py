@@ -18,6 +18,8 @@ from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 
+from .parallel import TextKeys, install_processors
+
 LLAMA_MAX_TOKENS = 256
 CLIP_MAX_TOKENS = 77
 # The pipeline feeds the transformer the Llama hidden state 3rd from the end (skips 2 layers).
@@ -39,6 +41,17 @@ class HunyuanVideoAdapter:
         self.template = DEFAULT_PROMPT_TEMPLATE
         self.spatial_ratio = self.vae_config["spatial_compression_ratio"]
         self.temporal_ratio = self.vae_config["temporal_compression_ratio"]
+        self.text_keys = TextKeys()  # shared with the attention processors (see prepare_condition)
+        if "transformer" in components:
+            self._route_attention()
+
+    def _route_attention(self) -> None:
+        """pipedit's processors on one rank too, so that unpadded text runs the unmasked kernels."""
+        from pipedit.attention.local import LocalAttention
+        from pipedit.distributed.context import ParallelContext
+
+        local = LocalAttention(ParallelContext.single(self.device))
+        install_processors(self.components["transformer"], local, None, self.text_keys)
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -100,6 +113,25 @@ class HunyuanVideoAdapter:
         pooled = self._clip_pooled(prompt)
         return {"prompt_embeds": embeds, "prompt_attention_mask": mask, "pooled_prompt_embeds": pooled}
 
+    def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """On the denoise ranks, before a request's first step (host tensors): drops the padded
+        text tokens of a single prompt. Masked keys contribute nothing and padded queries reach
+        no video token, so outputs equal the padded run up to float rounding, and the attention
+        runs without a key mask (the flash / xformers kernels need none). Falls back to the
+        masked path when the valid tokens are not a prefix (left padding) or several prompts
+        share the batch."""
+        mask = cond["prompt_attention_mask"]
+        valid = int(mask.sum())
+        if mask.shape[0] != 1 or not bool(mask[:, :valid].all()):
+            self.text_keys.padded = True
+            return cond
+        self.text_keys.padded = False
+        return {**cond, "prompt_embeds": cond["prompt_embeds"][:, :valid], "prompt_attention_mask": mask[:, :valid]}
+
+    def text_length(self, cond: dict[str, torch.Tensor]) -> int:
+        """Text tokens the transformer attends to for this condition."""
+        return cond["prompt_embeds"].shape[1]
+
     def _llama_embeds(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
         crop = self.template["crop_start"]
         tokens = self.tokenizer(
@@ -134,7 +166,7 @@ class HunyuanVideoAdapter:
     def enable_sequence_parallel(self, ctx, strategy) -> int:
         from .parallel import enable_sequence_parallel
 
-        return enable_sequence_parallel(self.transformer, ctx, strategy)
+        return enable_sequence_parallel(self.transformer, ctx, strategy, self.text_keys)
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:

@@ -12,6 +12,8 @@ keyword arguments __call__ does not declare). Re-check on every diffusers upgrad
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from diffusers.models.embeddings import apply_rotary_emb
 
@@ -23,6 +25,16 @@ SHARD_PLAN = SequenceShardPlan(
 )
 # Blocks whose attention mixes video tokens; the token refiner's attention is text-only.
 _SEQUENCE_BLOCKS = ("transformer_blocks.", "single_transformer_blocks.")
+
+
+@dataclass
+class TextKeys:
+    """Shared by the adapter and its processors: whether the current request's text tokens hold
+    padding. The model always builds a key mask; when the adapter has dropped the padded tokens
+    (`padded` False) the processors ignore that all-true mask, so the unmasked (fastest) attention
+    kernels run. Set per request on the host, so the hot path never reads the mask's values."""
+
+    padded: bool = True
 
 
 def _heads(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -38,9 +50,10 @@ class SequenceParallelAttnProcessor:
     projection's all-to-all starts as soon as it is computed, so the next projections (and the
     text stream's) overlap the communication; the math is the same either way."""
 
-    def __init__(self, strategy, shards: SequenceShards):
+    def __init__(self, strategy, shards: SequenceShards | None, text_keys: TextKeys | None = None):
         self.strategy = strategy
-        self.shards = shards
+        self.shards = shards  # None: one rank holds the whole sequence
+        self.text_keys = text_keys or TextKeys()
         self.overlapped = hasattr(strategy, "start_sequence_to_heads")
 
     def _start(self, video: torch.Tensor):
@@ -73,19 +86,18 @@ class SequenceParallelAttnProcessor:
         if encoder_hidden_states is None:
             raise RuntimeError("HunyuanVideo sequence-parallel attention expects text tokens")
         text_len = encoder_hidden_states.shape[1]
+        sizes = self.shards.sizes if self.shards is not None else (hidden_states.shape[1],)
         started, (text_q, text_k, text_v) = self._video_and_text(
             attn, hidden_states, encoder_hidden_states, image_rotary_emb
         )
         # The model's mask is [B, 1, 1, S_local + L]: video keys are always valid, text keys padded.
-        joint = {"joint_q": text_q, "joint_k": text_k, "joint_v": text_v,
-                 "joint_kv_mask": attention_mask[:, 0, 0, -text_len:] if attention_mask is not None else None}
+        mask = attention_mask[:, 0, 0, -text_len:] if attention_mask is not None and self.text_keys.padded else None
+        joint = {"joint_q": text_q, "joint_k": text_k, "joint_v": text_v, "joint_kv_mask": mask}
         if self.overlapped:
             q_h, k_h, v_h = (pending.wait() for pending in started)
-            out, text_out = self.strategy.attend_heads(
-                q_h, k_h, v_h, num_heads=attn.heads, shard_sizes=self.shards.sizes, **joint
-            )
+            out, text_out = self.strategy.attend_heads(q_h, k_h, v_h, num_heads=attn.heads, shard_sizes=sizes, **joint)
         else:
-            out, text_out = self.strategy(*started, shard_sizes=self.shards.sizes, **joint)
+            out, text_out = self.strategy(*started, shard_sizes=sizes, **joint)
         dtype = text_q.dtype
         out, text_out = out.flatten(2, 3).to(dtype), text_out.flatten(2, 3).to(dtype)
         if getattr(attn, "to_out", None) is not None:
@@ -95,13 +107,17 @@ class SequenceParallelAttnProcessor:
         return out, text_out
 
 
-def enable_sequence_parallel(transformer, ctx, strategy) -> int:
-    """Shards the video sequence across ctx's ranks and routes attention through `strategy`.
-    Returns the number of attention calls per forward that go through the strategy."""
-    shards = apply_shard_plan(transformer, SHARD_PLAN, ctx)
+def install_processors(transformer, strategy, shards: SequenceShards | None, text_keys: TextKeys | None) -> int:
+    """Routes every video-mixing attention through `strategy`; returns how many calls per forward."""
     processors = dict(transformer.attn_processors)
     routed = [name for name in processors if name.startswith(_SEQUENCE_BLOCKS)]
     for name in routed:
-        processors[name] = SequenceParallelAttnProcessor(strategy, shards)
+        processors[name] = SequenceParallelAttnProcessor(strategy, shards, text_keys)
     transformer.set_attn_processor(processors)
     return len(routed)
+
+
+def enable_sequence_parallel(transformer, ctx, strategy, text_keys: TextKeys | None = None) -> int:
+    """Shards the video sequence across ctx's ranks and routes attention through `strategy`.
+    Returns the number of attention calls per forward that go through the strategy."""
+    return install_processors(transformer, strategy, apply_shard_plan(transformer, SHARD_PLAN, ctx), text_keys)

@@ -46,6 +46,13 @@ class ModelAdapter(Protocol):
 
     def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]: ...
 
+    def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """On the denoise ranks, once per request, on host tensors: the condition the DiT sees
+        (e.g. padded text tokens dropped, so attention needs no key mask)."""
+
+    def text_length(self, cond: dict[str, torch.Tensor]) -> int:
+        """Text tokens the DiT attends to for this condition (sizes Aco's messages)."""
+
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]: ...
 
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor: ...

@@ -64,7 +64,7 @@ def _label(key) -> str:
 def format_sp_table(config: EngineConfig, request: VideoRequest, heads: int, results: dict) -> str:
     p = config.parallel
     title = (f"per-step latency, {p.ulysses * p.ring} ranks (ulysses {p.ulysses} x ring {p.ring}), "
-             f"{request.height}x{request.width}x{request.num_frames}, {heads} heads, device {config.model.torch_device()}")
+             f"{request.height}x{request.width}x{request.num_frames}, {heads} heads, device {config.model.device_type()}")
     return format_table(title, "ms/step", results)
 
 

@@ -22,15 +22,15 @@ SIZES = [
 def _p2p_rank(rank: int, world_size: int, shape, repeats: int) -> list[float]:
     import torch.distributed as dist
 
+    from .distributed.p2p import post
+
     tensor = torch.randn(shape) if rank == 0 else torch.empty(shape)
     times = []
     for _ in range(repeats + 1):
         dist.barrier()
         start = time.perf_counter()
-        if rank == 0:
-            dist.send(tensor, 1)
-        else:
-            dist.recv(tensor, 0)
+        # The handoff's own form (batched P2P), as the engine sends latents.
+        (post(sends=[(tensor, 1)]) if rank == 0 else post(recvs=[(tensor, 0)])).wait()
         dist.barrier()  # the transfer ends when the receiver has it
         times.append(time.perf_counter() - start)
     return times[1:]
@@ -66,9 +66,9 @@ def _object_store_times(shape, repeats: int) -> list[float]:
 
 
 def bench_handoff(repeats: int = 5) -> str:
-    from .runtime.executor import _ensure_ray
+    from .runtime.executor import ensure_ray
 
-    started = _ensure_ray(2)
+    started = ensure_ray(2)
     lines = [f"latent handoff, median of {repeats} transfers (object store: includes two actor calls)",
              f"{'latents':<22} {'MiB':>7} {'object store ms':>16} {'p2p (gloo) ms':>14}"]
     try:

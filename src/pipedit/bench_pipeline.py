@@ -97,5 +97,5 @@ def format_report(engine, template: VideoRequest, modes: list[ModeFigures], memo
         )
     roles = ["denoise"] * layout.denoise + ["decode"] * layout.decode
     peak = ", ".join(f"rank {r} ({role}) {b / 2**20:.0f} MiB" for r, (role, b) in enumerate(zip(roles, memory)))
-    lines.append(f"peak memory per rank ({'CUDA allocated' if engine.config.model.torch_device().type == 'cuda' else 'process RSS'}): {peak}")
+    lines.append(f"peak memory per rank ({'CUDA allocated' if engine.config.model.device_type() == 'cuda' else 'process RSS'}): {peak}")
     return "\n".join(lines)

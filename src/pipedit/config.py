@@ -30,15 +30,17 @@ class ModelConfig:
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise UserInputError(f"device '{self.device}' is not supported; use auto, cpu or cuda[:N]")
 
-    def torch_device(self) -> torch.device:
+    def device_type(self) -> str:
+        """"cuda" or "cpu". Each rank resolves its own indexed device
+        (pipedit.distributed.devices.resolve_rank_device)."""
         if self.device == "auto":
-            return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-        return torch.device(self.device)
+            return "cuda" if torch.cuda.is_available() else "cpu"
+        return torch.device(self.device).type
 
     def torch_dtype(self) -> torch.dtype | None:
         """The dtype to load every component in; None: each library's default (see `dtype`)."""
         if self.dtype == "auto":
-            return torch.bfloat16 if self.torch_device().type == "cuda" else None
+            return torch.bfloat16 if self.device_type() == "cuda" else None
         return _DTYPES[self.dtype]
 
 

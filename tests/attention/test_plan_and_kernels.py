@@ -36,7 +36,7 @@ def test_assemble_heads_undoes_the_interleaving() -> None:
     heads = torch.arange(5.0).view(5, 1, 1, 1).expand(5, 2, 1, 4)  # [H, S, B, D], value = head
     stacked = heads[list(order)]
     pieces = list(torch.split(stacked, [sum(c) for c in chunks]))
-    out = assemble_heads(pieces, order)  # [B, S, H, D]
+    out = assemble_heads(pieces, torch.tensor(order))  # [B, S, H, D]
     assert torch.equal(out[0, 0, :, 0], torch.arange(5.0))
 
 

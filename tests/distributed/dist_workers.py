@@ -15,7 +15,8 @@ from pipedit.attention.ulysses_comm import (
     start_heads_to_sequence,
     start_sequence_to_heads,
 )
-from pipedit.distributed.collectives import all_gather_async, all_to_all_async, exchange_async
+from pipedit.distributed.collectives import all_gather_async, all_to_all_async
+from pipedit.distributed.p2p import exchange_async
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_range, shard_sizes
 

@@ -17,11 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
 
 from pipedit.attention.base import JointTokens, joint_attention
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.usp import UlyssesAttention
+from pipedit.distributed import p2p
 from pipedit.distributed.sharding import shard_sizes
 
 
@@ -143,16 +143,13 @@ class AcoAttention(UlyssesAttention):
             request = _pack([q[:, :, part], k[:, :, part], v[:, :, part], joint.q[:, :, part],
                              joint.k[:, :, part], joint.v[:, :, part], mask.to(q.dtype)])
             reply = q.new_empty(_reply_numel(shape, heads))
-            # Both ops are posted before the local heads compute, which they overlap.
-            works = dist.batch_isend_irecv([dist.P2POp(dist.isend, request, helper),
-                                            dist.P2POp(dist.irecv, reply, helper)])
-            replies.append((works, request, reply, heads))
+            # Both are posted before the local heads compute, which they overlap.
+            replies.append((p2p.post(sends=[(request, helper)], recvs=[(reply, helper)]), reply, heads))
             start += heads
         out, text_out = super()._core(q[:, :, :keep], k[:, :, :keep], v[:, :, :keep], joint.heads(0, keep), plan)
         outs, text_outs = [out], [text_out]
-        for works, _request, reply, heads in replies:
-            for work in works:
-                work.wait()
+        for transfer, reply, heads in replies:
+            transfer.wait()
             remote, remote_text = _unpack(reply, _reply_shapes(shape, heads))
             outs.append(remote)
             text_outs.append(remote_text)
@@ -165,14 +162,16 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
     for _ in range(calls):
         inbox = [(src, heads, torch.empty(_request_numel(shape, heads), dtype=shape.dtype, device=device))
                  for src, heads in pairs]
-        receives = [dist.irecv(buffer, src) for src, _, buffer in inbox]
+        # One batch per source, so each request is answered as soon as it is in.
+        receives = [p2p.post(recvs=[(buffer, src)]) for src, _, buffer in inbox]
         sends = []
         for (src, heads, buffer), receive in zip(inbox, receives):
             receive.wait()
             q, k, v, tq, tk, tv, mask = _unpack(buffer, _request_shapes(shape, heads))
-            joint = JointTokens(tq, tk, tv, mask > 0.5)
+            valid = mask > 0.5
+            # An all-valid mask is dropped so that the unmasked (fastest) kernel runs.
+            joint = JointTokens(tq, tk, tv, None if bool(valid.all()) else valid)
             out, text_out = joint_attention(kernel, q, k, v, joint)
-            reply = _pack([out, text_out])
-            sends.append((dist.isend(reply, src), reply))
-        for work, _reply in sends:
-            work.wait()
+            sends.append(p2p.post(sends=[(_pack([out, text_out]), src)]))
+        for send in sends:
+            send.wait()

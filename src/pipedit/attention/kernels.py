@@ -9,6 +9,8 @@ combines blocks with online softmax in fp32.
 from __future__ import annotations
 
 import importlib
+import logging
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -17,6 +19,7 @@ import torch.nn.functional as F
 
 BACKENDS = ("auto", "sdpa", "xformers", "flash")
 _HALF = (torch.float16, torch.bfloat16)
+_log = logging.getLogger(__name__)
 
 
 class AttentionKernel:
@@ -31,6 +34,7 @@ class AttentionKernel:
             raise ValueError(f"unknown attention backend {backend!r}; valid: {BACKENDS}")
         self.backend = backend
         self._probed: dict[str, Callable[..., torch.Tensor] | None] = {}
+        self.calls: Counter[str] = Counter()  # calls per kernel used: flash, xformers, sdpa, sdpa-masked
 
     def __call__(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None
@@ -39,7 +43,9 @@ class AttentionKernel:
             return q.new_zeros(*q.shape[:3], v.shape[-1])
         fast = self._fast_kernel(q, key_mask)
         if fast is not None:
-            return fast(q, k, v)
+            self.calls[fast[0]] += 1
+            return fast[1](q, k, v)
+        self.calls["sdpa" if key_mask is None else "sdpa-masked"] += 1
         mask = None if key_mask is None else key_mask[:, None, None, :]
         out = F.scaled_dot_product_attention(
             q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), attn_mask=mask
@@ -48,7 +54,7 @@ class AttentionKernel:
 
     def _fast_kernel(
         self, q: torch.Tensor, key_mask: torch.Tensor | None
-    ) -> Callable[..., torch.Tensor] | None:
+    ) -> tuple[str, Callable[..., torch.Tensor]] | None:
         if self.backend == "sdpa" or key_mask is not None:
             return None
         if not (q.is_cuda and q.dtype in _HALF):
@@ -57,7 +63,7 @@ class AttentionKernel:
         for name in order:
             kernel = self._probe(name)
             if kernel is not None:
-                return kernel
+                return name, kernel
         return None
 
     def _probe(self, name: str) -> Callable[..., torch.Tensor] | None:
@@ -80,12 +86,14 @@ def _load_optional(name: str) -> Callable[..., torch.Tensor] | None:
 class LseKernel:
     """Block attention returning (out [B, H, Nq, D] fp32, lse [B, H, Nq] fp32); inputs [B, H, N, D].
 
-    Without a key mask it uses torch's flash ops that return the log-sum-exp (CPU op, or the
-    CUDA op for fp16/bf16) when they run; otherwise explicit fp32 math.
+    Without a key mask it uses torch's flash ops that return the log-sum-exp (the CPU op, or the
+    CUDA op for fp16/bf16). When no fast op applies, or one fails on a call, that call takes the
+    explicit fp32 path, whose score matrix is computed in query blocks of bounded size. A fast
+    op that fails is tried again on the next call (a failure is logged once per device and dtype).
     """
 
     def __init__(self) -> None:
-        self._fast_ok: dict[tuple[str, torch.dtype], bool] = {}
+        self._warned: set[tuple[str, torch.dtype]] = set()
 
     def __call__(
         self,
@@ -97,43 +105,50 @@ class LseKernel:
         if q.numel() == 0 or k.shape[2] == 0:
             out = q.new_zeros(*q.shape[:3], v.shape[-1], dtype=torch.float32)
             return out, q.new_full(q.shape[:3], float("-inf"), dtype=torch.float32)
-        if key_mask is None:
-            fast = self._try_fast(q, k, v)
-            if fast is not None:
-                return fast
+        if key_mask is None and (not q.is_cuda or q.dtype in _HALF):
+            try:
+                return _flash_lse(q, k, v)
+            except (RuntimeError, AttributeError, NotImplementedError) as error:
+                self._warn_once(q, error)
         return explicit_attention_lse(q, k, v, key_mask)
 
-    def _try_fast(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    def _warn_once(self, q: torch.Tensor, error: BaseException) -> None:
         key = (q.device.type, q.dtype)
-        if self._fast_ok.get(key) is False:
-            return None
-        try:
-            if q.is_cuda:
-                if q.dtype not in _HALF:
-                    return None
-                res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False)
-            else:
-                cpu_op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
-                res = cpu_op(q, k, v, 0.0, False)
-        except (RuntimeError, AttributeError, NotImplementedError):
-            self._fast_ok[key] = False
-            return None
-        self._fast_ok[key] = True
-        return res[0].float(), res[1][..., : q.shape[2]].float()
+        if key not in self._warned:
+            self._warned.add(key)
+            first_line = str(error).splitlines()[0] if str(error) else type(error).__name__
+            _log.warning("flash attention with log-sum-exp failed on %s %s (%s); this call uses the "
+                         "blocked fp32 path", q.device, q.dtype, first_line)
+
+
+def _flash_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    if q.is_cuda:
+        res = torch.ops.aten._scaled_dot_product_flash_attention(q, k, v, 0.0, False, False)
+    else:
+        res = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False)
+    return res[0].float(), res[1][..., : q.shape[2]].float()
+
+
+# Score elements per block of the explicit path (fp32: 256 MiB), whatever the sequence length.
+EXPLICIT_BLOCK_ELEMENTS = 1 << 26
 
 
 def explicit_attention_lse(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Block attention in fp32, [B, H, N, D] layout. Rows without a valid key give 0, -inf."""
-    scores = torch.matmul(q.float(), k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
-    if key_mask is not None:
-        scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
-    lse = torch.logsumexp(scores, dim=-1)
-    probs = torch.exp(scores - _finite(lse).unsqueeze(-1))
-    return torch.matmul(probs, v.float()), lse
+    """Block attention in fp32, [B, H, N, D] layout, over query blocks so that no more than
+    EXPLICIT_BLOCK_ELEMENTS scores exist at once. Rows without a valid key give 0, -inf."""
+    rows = max(1, EXPLICIT_BLOCK_ELEMENTS // max(1, q.shape[0] * q.shape[1] * k.shape[2]))
+    keys, values = k.float().transpose(-1, -2), v.float()
+    outs, lses = [], []
+    for start in range(0, q.shape[2], rows):
+        scores = torch.matmul(q[:, :, start : start + rows].float(), keys) * q.shape[-1] ** -0.5
+        if key_mask is not None:
+            scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))
+        lse = torch.logsumexp(scores, dim=-1)
+        outs.append(torch.matmul(torch.exp(scores - _finite(lse).unsqueeze(-1)), values))
+        lses.append(lse)
+    return torch.cat(outs, dim=2), torch.cat(lses, dim=2)
 
 
 def merge_partials(

@@ -17,7 +17,8 @@ import torch
 
 from pipedit.attention.base import JointTokens
 from pipedit.attention.kernels import LseKernel, merge_partials
-from pipedit.distributed.collectives import Pending, ProcessGroup, exchange_async
+from pipedit.distributed.collectives import Pending, ProcessGroup
+from pipedit.distributed.p2p import exchange_async
 
 Partial = tuple[torch.Tensor, torch.Tensor]  # (out [B, H, N, D] fp32, lse [B, H, N] fp32)
 

@@ -12,7 +12,6 @@ from collections.abc import Sequence
 import torch
 
 from pipedit.distributed.collectives import (
-    CommStream,
     Pending,
     ProcessGroup,
     all_gather_async,
@@ -37,7 +36,6 @@ def start_sequence_to_heads(
     head_sizes: Sequence[int],
     rank: int,
     group: ProcessGroup | None,
-    comm: CommStream | None = None,
 ) -> Pending[torch.Tensor]:
     """[B, seq_sizes[rank], H, D] -> [B, sum(seq_sizes), head_sizes[rank], D] over `group`."""
     if group is None:
@@ -47,7 +45,7 @@ def start_sequence_to_heads(
     starts = shard_offsets(head_sizes)
     pieces = [seq_x[:, :, s : s + n] for s, n in zip(starts, head_sizes)]
     recv_splits = [n * batch * head_sizes[rank] * dim for n in seq_sizes]
-    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group, comm)
+    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group)
     shape = (sum(seq_sizes), batch, head_sizes[rank], dim)
     return pending.then(lambda flat: flat.view(shape).permute(1, 0, 2, 3))
 
@@ -58,7 +56,6 @@ def start_heads_to_sequence(
     head_sizes: Sequence[int],
     rank: int,
     group: ProcessGroup | None,
-    comm: CommStream | None = None,
 ) -> Pending[torch.Tensor]:
     """[B, sum(seq_sizes), head_sizes[rank], D] -> [sum(head_sizes), seq_sizes[rank], B, D].
 
@@ -72,21 +69,20 @@ def start_heads_to_sequence(
     starts = shard_offsets(seq_sizes)
     pieces = [head_x[:, s : s + n] for s, n in zip(starts, seq_sizes)]
     recv_splits = [h * seq_sizes[rank] * batch * dim for h in head_sizes]
-    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group, comm)
+    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group)
     shape = (sum(head_sizes), seq_sizes[rank], batch, dim)
     return pending.then(lambda flat: flat.view(shape))
 
 
-def assemble_heads(chunks: Sequence[torch.Tensor], order: Sequence[int] | None) -> torch.Tensor:
-    """Stack [h_c, S, B, D] chunks; `order[i]` = original head index of stacked head i.
-
-    None means the stacked order already is the original one (no chunking). Returns [B, S, H, D].
-    """
+def assemble_heads(chunks: Sequence[torch.Tensor], order: torch.Tensor | None) -> torch.Tensor:
+    """Stack [h_c, S, B, D] chunks; `order[i]` = original head index of stacked head i, an index
+    tensor on the chunks' device built once per plan (a host list here would be a blocking
+    host-to-device copy per call). None means the stacked order already is the original one.
+    Returns [B, S, H, D]."""
     stacked = chunks[0] if len(chunks) == 1 else torch.cat(chunks, dim=0)
     if order is not None:
         restored = torch.empty_like(stacked)
-        index = torch.tensor(order, device=stacked.device)
-        restored.index_copy_(0, index, stacked)
+        restored.index_copy_(0, order, stacked)
         stacked = restored
     return stacked.permute(2, 1, 0, 3)
 
@@ -95,7 +91,6 @@ def start_gather_heads(
     x: torch.Tensor,
     head_sizes: Sequence[int],
     group: ProcessGroup | None,
-    comm: CommStream | None = None,
 ) -> Pending[torch.Tensor]:
     """All-gather [B, L, head_sizes[rank], D] over heads -> [B, L, sum(head_sizes), D].
 
@@ -106,7 +101,7 @@ def start_gather_heads(
     most = max(head_sizes)
     padded = x.new_zeros(*x.shape[:2], most, x.shape[3])
     padded[:, :, : x.shape[2]] = x
-    pending = all_gather_async(padded, group, comm)
+    pending = all_gather_async(padded, group)
     return pending.then(
         lambda parts: torch.cat([p[:, :, :n] for p, n in zip(parts, head_sizes)], dim=2)
     )

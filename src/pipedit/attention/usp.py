@@ -12,7 +12,8 @@ Flow per call:
    With ring_degree > 1 every chunk runs its own ring pass (more, smaller P2P messages).
    chunk_heads is ignored when ulysses_degree == 1 (no all-to-all to overlap). Chunked and
    synchronous outputs are bit-identical: the same per-head kernels run, only data moves.
-   On CUDA the all-to-alls run on a dedicated stream ordered by events (CommStream).
+   The all-to-alls are async ops (pipedit.distributed.collectives): on NCCL they run on NCCL's
+   stream, and the compute issued meanwhile overlaps them.
 3. Text outputs (text is replicated, each rank attends its own heads) are all-gathered over heads.
 """
 
@@ -39,7 +40,7 @@ from pipedit.attention.ulysses_comm import (
     start_sequence_to_heads,
 )
 from pipedit.attention.usp_plan import HeadPlan, check_head_count, make_plan
-from pipedit.distributed.collectives import CommStream, Pending
+from pipedit.distributed.collectives import Pending
 from pipedit.distributed.context import ParallelContext
 
 
@@ -60,7 +61,7 @@ class USPAttention(AttentionStrategy):
         self.chunk_heads = chunk_heads
         self.kernel = AttentionKernel(backend)
         self.lse_kernel = LseKernel()
-        self.comm = CommStream(ctx.device)
+        self._plans: dict[tuple, HeadPlan] = {}
         if num_heads is not None:
             check_head_count(ctx, num_heads, self.name)
 
@@ -130,14 +131,19 @@ class USPAttention(AttentionStrategy):
         return self._attend(q_h, k_h, v_h, joint, plan)
 
     def _plan(self, num_heads: int, shard_sizes: Sequence[int]) -> HeadPlan:
-        check_head_count(self.ctx, num_heads, self.name)
-        sizes = check_shard_sizes(self.ctx, shard_sizes)
-        return make_plan(self.ctx, num_heads, sizes, self.chunk_heads)
+        """One plan per layout, made on first use (its index tensor lives on the device)."""
+        key = (num_heads, tuple(shard_sizes), self.chunk_heads)
+        plan = self._plans.get(key)
+        if plan is None:
+            check_head_count(self.ctx, num_heads, self.name)
+            sizes = check_shard_sizes(self.ctx, shard_sizes)
+            plan = self._plans[key] = make_plan(self.ctx, num_heads, sizes, self.chunk_heads)
+        return plan
 
     def _scatter(self, x: torch.Tensor, plan: HeadPlan) -> Pending[torch.Tensor]:
         ctx = self.ctx
         return start_sequence_to_heads(
-            x, plan.seq_sizes, plan.head_sizes, ctx.ulysses_rank, ctx.ulysses_group, self.comm
+            x, plan.seq_sizes, plan.head_sizes, ctx.ulysses_rank, ctx.ulysses_group
         )
 
     def _attend(
@@ -160,15 +166,15 @@ class USPAttention(AttentionStrategy):
             q_c, k_c, v_c = q_h[:, :, heads], k_h[:, :, heads], v_h[:, :, heads]
             out, text_out = self._core(q_c, k_c, v_c, part, plan)
             # Launched before the next chunk is computed: the all-to-all overlaps it (PipeSP).
-            sends.append(start_heads_to_sequence(out, plan.seq_sizes, counts, me, group, self.comm))
+            sends.append(start_heads_to_sequence(out, plan.seq_sizes, counts, me, group))
             if text_out is not None:
                 text_parts.append(text_out)
             start = stop
         text = None
         if text_parts:
             text_local = torch.cat(text_parts, dim=2)
-            text = start_gather_heads(text_local, plan.head_sizes, group, self.comm)
-        out = assemble_heads([s.wait() for s in sends], plan.order)
+            text = start_gather_heads(text_local, plan.head_sizes, group)
+        out = assemble_heads([s.wait() for s in sends], plan.order_index)
         return out, None if text is None else text.wait()
 
     def _core(

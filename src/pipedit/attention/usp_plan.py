@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+import torch
 
 from pipedit.attention.ring import RingSpec
 from pipedit.distributed.context import ParallelContext
@@ -16,6 +18,8 @@ class HeadPlan:
     ring: RingSpec | None  # None when ring_degree == 1
     chunks: tuple[tuple[int, ...], ...]  # per PipeSP chunk: head count of each ulysses rank
     order: tuple[int, ...] | None  # original index of each head as stacked chunk by chunk
+    # `order` as an index tensor on the context's device, made once with the plan.
+    order_index: torch.Tensor | None = field(default=None, compare=False)
 
 
 def make_plan(
@@ -32,9 +36,9 @@ def make_plan(
     # Chunking only pays when there is an output all-to-all to overlap (ulysses_degree > 1).
     step = max(heads) if chunk_heads is None or degree == 1 else chunk_heads
     chunks = chunk_counts(heads, step)
-    return HeadPlan(
-        heads, sizes[group_start : group_start + degree], ring, chunks, stacked_order(heads, chunks)
-    )
+    order = stacked_order(heads, chunks)
+    index = None if order is None else torch.tensor(order, device=ctx.device)
+    return HeadPlan(heads, sizes[group_start : group_start + degree], ring, chunks, order, index)
 
 
 def chunk_counts(head_sizes: tuple[int, ...], step: int) -> tuple[tuple[int, ...], ...]:

@@ -9,6 +9,7 @@ import torch
 from ..adapter import attention_heads
 from ..attention.aco import AcoShape, plan_aco, serve_aco_calls
 from ..attention.kernels import AttentionKernel
+from ..distributed import p2p
 from ..request import VideoRequest, VideoResult
 from .faults import maybe_fail
 from .rank import RankWorker
@@ -33,10 +34,8 @@ class DecodeWorker(RankWorker):
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
     def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
-        import torch.distributed as dist
-
         latents = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
-        dist.recv(latents, src=0)
+        p2p.post(recvs=[(latents, 0)]).wait()  # the form denoise rank 0 sends in
         return latents
 
     def aco_serve(self, shape: AcoShape, calls: int) -> int:

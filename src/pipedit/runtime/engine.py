@@ -12,7 +12,7 @@ from typing import Iterable, Iterator
 
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
-from ..planner import resolve_parallel
+from .calibration import resolve_parallel
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
 from .layout import WorldLayout

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from ..config import EngineConfig
+from ..distributed.devices import check_distinct_gpus
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
 from .faults import ENV as FAULT_ENV
@@ -46,8 +47,8 @@ class RayExecutor:
 
         self._ray = ray
         self.layout = layout
-        self._started_ray = _ensure_ray(layout.world_size)
-        use_gpu = config.model.torch_device().type == "cuda"
+        self._started_ray = ensure_ray(layout.world_size)
+        use_gpu = config.model.device_type() == "cuda"
         bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
         self._group = placement_group([bundle] * layout.world_size, strategy="STRICT_PACK")
         ray.get(self._group.ready(), timeout=120)
@@ -64,6 +65,7 @@ class RayExecutor:
                 scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
+        check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors]))
         rendezvous = self.get(self.actors[0].rendezvous_address.remote())
         self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors])
 
@@ -106,7 +108,7 @@ class RayExecutor:
             self._ray.shutdown()
 
 
-def _ensure_ray(world_size: int) -> bool:
+def ensure_ray(world_size: int) -> bool:
     """Starts a local Ray instance unless one is running (or RAY_ADDRESS names a cluster).
     Returns whether this call started it."""
     import ray

@@ -11,6 +11,7 @@ import torch
 from ..adapter import load_adapter
 from ..config import EngineConfig
 from ..distributed.context import ParallelContext
+from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.spawn import free_tcp_port
 from ..logs import quiet_libraries
 from ..request import VideoRequest
@@ -24,9 +25,15 @@ class RankWorker:
         self.config = config
         self.layout = layout
         self.rank = rank
-        self.device = config.model.torch_device()
+        self.device = resolve_rank_device(config.model.device)  # indexed on CUDA (cuda:N)
         self.adapter = None
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
+
+    def identity(self) -> tuple[str, str | None]:
+        """(node, physical GPU or None): the executor refuses two ranks on one GPU before NCCL does."""
+        import ray.util
+
+        return ray.util.get_node_ip_address(), gpu_identity(self.device)
 
     def rendezvous_address(self) -> str:
         """host:port for torch.distributed, chosen on rank 0's node."""
@@ -48,13 +55,18 @@ class RankWorker:
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
 
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.layout.world_size))
+        options = {}
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.layout.world_size))
+            # device_id binds the rank to its GPU and creates the NCCL communicator now (eager
+            # init): one communicator for the group, and the first batched P2P need not be a
+            # collective call of every rank (lazy init requires that).
+            options["device_id"] = self.device
         dist.init_process_group(
             backend="nccl" if self.device.type == "cuda" else "gloo",
             init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.layout.world_size,
-            timeout=RENDEZVOUS_TIMEOUT,
+            timeout=RENDEZVOUS_TIMEOUT, **options,
         )
 
     def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:

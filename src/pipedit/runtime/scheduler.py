@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Iterable, Iterator
 
 from ..attention.aco import AcoShape
@@ -28,7 +28,7 @@ class PipelineScheduler:
         self.executor = executor
         self.layout = layout
         self.aco_mode = aco  # the engine's policy; runs may override it
-        self.aco_choice: dict[AcoShape, bool] = {}  # attention shape -> Aco pays
+        self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
 
     def run(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
@@ -157,9 +157,11 @@ class _Run:
         if self.aco_mode == "on":
             return True
         shape = self._aco_shape(request)
-        if shape not in self.s.aco_choice:
-            self.s.aco_choice[shape] = self._measure_aco(shape)
-        return self.s.aco_choice[shape]
+        # Decided once per video shape: prompts of other text lengths reuse the decision.
+        key = replace(shape, text_len=0)
+        if key not in self.s.aco_choice:
+            self.s.aco_choice[key] = self._measure_aco(shape)
+        return self.s.aco_choice[key]
 
     def _aco_shape(self, request: VideoRequest) -> AcoShape:
         if self.shape_of[0] != request.request_id:

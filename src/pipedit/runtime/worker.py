@@ -11,6 +11,7 @@ import time
 import torch
 
 from ..attention.aco import AcoShape
+from ..distributed import p2p
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
 from .faults import maybe_fail
@@ -32,10 +33,11 @@ class DenoiseWorker(RankWorker):
         return self.adapter.num_heads
 
     def aco_shape(self, request: VideoRequest) -> AcoShape:
-        """What Aco helpers receive per attention call of this request (a Ulysses rank holds
-        the whole video sequence for its heads)."""
+        """What Aco helpers receive per attention call of the current job (a Ulysses rank holds
+        the whole video sequence for its heads; text is as long as this prompt's tokens)."""
         attention = self.adapter.attention_shape(request.shape)
-        return AcoShape(attention.seq_len, attention.text_len, attention.head_dim, self.adapter.transformer.dtype)
+        text_len = self.adapter.text_length(self.job.cond)
+        return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.transformer.dtype)
 
     def aco_calls(self) -> int:
         """Attention calls per transformer forward that Aco helpers must serve."""
@@ -44,7 +46,7 @@ class DenoiseWorker(RankWorker):
     # -- one request ----------------------------------------------------------------------
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
-        cond = {k: v.to(self.device) for k, v in cond.items()}
+        cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
         self.job = DenoiseJob.start(self.adapter, request, cond)
@@ -95,17 +97,14 @@ class DenoiseWorker(RankWorker):
             frames = self.adapter.decode(job.latents)[0].cpu()
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
-            import torch.distributed as dist
-
             self._wait_send()
-            latents = latents.contiguous()
-            self._pending_send = (dist.isend(latents, decode_rank), latents)
+            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)])
             return None
         return latents.cpu()
 
     def _wait_send(self) -> None:
         if self._pending_send is not None:
-            self._pending_send[0].wait()
+            self._pending_send.wait()
             self._pending_send = None
 
     def close(self) -> None:
