@@ -55,10 +55,16 @@ def load_component(root: str | Path, index: dict[str, Any], name: str, *,
         raise ModelPathError(f"{library} has no class {class_name} (named for '{name}' in model_index.json)")
     if _component_kind(name) != "model":
         return component_class.from_pretrained(folder)
-    module = component_class.from_pretrained(folder, torch_dtype=dtype)
+    target = torch.device(device) if device is not None else None
+    options = {}
+    if target is not None and target.type == "cuda":
+        # Weights go from the (memory-mapped) safetensors file to the GPU tensor by tensor, never
+        # as a whole host copy: 7 ranks each reading a 26 GB DiT into RAM first would not fit.
+        options["device_map"] = {"": target}
+    module = component_class.from_pretrained(folder, torch_dtype=dtype, **options)
     module.requires_grad_(False)
     module.eval()
-    return module.to(device) if device is not None else module
+    return module.to(target) if target is not None and "device_map" not in options else module
 
 
 def read_component_config(root: str | Path, name: str) -> dict[str, Any]:

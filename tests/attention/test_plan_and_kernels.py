@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import torch
 
+from pipedit.attention import kernels
 from pipedit.attention.kernels import (
     AttentionKernel,
     LseKernel,
@@ -9,7 +10,9 @@ from pipedit.attention.kernels import (
     merge_partials,
 )
 from pipedit.attention.ulysses_comm import assemble_heads
+from pipedit.attention.usp import UlyssesAttention
 from pipedit.attention.usp_plan import chunk_counts, stacked_order
+from pipedit.distributed.context import ParallelContext
 
 
 def test_chunk_counts_same_number_of_chunks_on_every_rank() -> None:
@@ -79,3 +82,58 @@ def test_attention_kernel_zero_keys_and_cpu_backend() -> None:
     out = AttentionKernel()(q, q[:, :0], q[:, :0], None)  # CPU flash SDPA would SIGFPE here
     assert torch.equal(out, torch.zeros_like(q))
     assert AttentionKernel("xformers")._fast_kernel(q, None) is None  # CPU: SDPA, never xformers
+
+
+def _two_rank_context() -> ParallelContext:
+    # Plans need only the layout; no process group is touched.
+    return ParallelContext(rank=0, world_size=2, ulysses_degree=2, ring_degree=1, sp_group=None,
+                           ulysses_group=None, ring_group=None, ring_global_ranks=(0,),
+                           device=torch.device("cpu"))
+
+
+def test_plan_and_its_head_index_are_built_once_per_layout() -> None:
+    strategy = UlyssesAttention(_two_rank_context(), chunk_heads=1, num_heads=4)
+    plan = strategy._plan(4, (3, 3))
+    assert torch.equal(plan.order_index, torch.tensor(plan.order)) and plan.order_index.device == strategy.ctx.device
+    assert strategy._plan(4, (3, 3)) is plan
+    strategy.chunk_heads = 2  # no interleaving left: no index to build
+    assert strategy._plan(4, (3, 3)).order_index is None
+
+
+def test_lse_fast_path_failure_falls_back_for_that_call_only(monkeypatch) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(1, 2, 5, 8) for _ in range(3))
+    attempts, fast = [], kernels._flash_lse
+
+    def flaky(*args):
+        attempts.append(len(attempts))
+        if len(attempts) == 1:
+            raise RuntimeError("no kernel image for this device")
+        return fast(*args)
+
+    monkeypatch.setattr(kernels, "_flash_lse", flaky)
+    kernel = LseKernel()
+    reference = explicit_attention_lse(q, k, v, None)
+    for _ in range(2):
+        out, lse = kernel(q, k, v)
+        assert torch.allclose(out, reference[0], atol=1e-6) and torch.allclose(lse, reference[1], atol=1e-5)
+    assert attempts == [0, 1]  # the fast path was tried again after its failure
+
+
+def test_explicit_path_blocks_the_queries(monkeypatch) -> None:
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 3, 7, 8) for _ in range(3))
+    mask = torch.rand(2, 7) > 0.3
+    whole = explicit_attention_lse(q, k, v, mask)
+    monkeypatch.setattr(kernels, "EXPLICIT_BLOCK_ELEMENTS", 2 * 3 * 7 * 2)  # two query rows per block
+    blocked = explicit_attention_lse(q, k, v, mask)
+    # Rows are independent; only the matmul's blocking may differ: float rounding.
+    assert torch.allclose(blocked[0], whole[0], atol=1e-6) and torch.allclose(blocked[1], whole[1], atol=1e-6)
+
+
+def test_attention_kernel_counts_the_kernel_it_used() -> None:
+    kernel = AttentionKernel()
+    q = torch.randn(1, 4, 2, 8)
+    kernel(q, q, q, None)
+    kernel(q, q, q, torch.ones(1, 4, dtype=torch.bool))
+    assert kernel.calls == {"sdpa": 1, "sdpa-masked": 1}

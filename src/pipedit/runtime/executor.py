@@ -43,7 +43,6 @@ class RayExecutor:
     def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
         import ray
         from ray.util.placement_group import placement_group
-        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         self._ray = ray
         self.layout = layout
@@ -56,6 +55,16 @@ class RayExecutor:
         if os.environ.get(FAULT_ENV):
             env[FAULT_ENV] = os.environ[FAULT_ENV]
         self.actors = []
+        try:
+            self._start(config, model_path, layout, use_gpu, env)
+        except BaseException:
+            self.close()  # no actor or GPU reservation outlives a failed start
+            raise
+
+    def _start(self, config: EngineConfig, model_path: str, layout: WorldLayout, use_gpu: bool, env: dict) -> None:
+        ray = self._ray
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
         for rank in range(layout.world_size):
             decode = rank >= layout.denoise
             # Decode actors take a second call while decoding (prompt encoding for the next request).

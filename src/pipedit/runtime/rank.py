@@ -82,10 +82,14 @@ class RankWorker:
             for name, module in self.adapter.components.items() if isinstance(module, torch.nn.Module)
         }
 
+    def peak_host_rss_bytes(self) -> int:
+        """Peak resident host memory of this rank's process (loading included)."""
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+
     def peak_memory_bytes(self) -> int:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        return self.peak_host_rss_bytes()
 
     def close(self) -> None:
         import torch.distributed as dist
