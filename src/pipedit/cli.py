@@ -80,8 +80,10 @@ def build_parser() -> argparse.ArgumentParser:
     _add_generate(sub)
     _add_demo_checkpoint(sub)
     from .bench_cli import add_bench_parser
+    from .check_node_cli import add_check_node_parser
 
     add_bench_parser(sub)
+    add_check_node_parser(sub)
     return parser
 
 

@@ -1,0 +1,81 @@
+"""`pipedit check-node`: the command a user runs on a GPU node to validate it (see check_node)."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_check_node_parser(sub) -> None:
+    p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result")
+    p.add_argument("--model-path", help="checkpoint folder (default: the full-width synthetic HunyuanVideo on "
+                                        "CUDA, built once into the cache; the demo model on CPU)")
+    p.add_argument("--config", help="YAML engine config for model and generation settings; flags override it")
+    p.add_argument("--ranks", type=int, help="ranks to use (default: every visible GPU; 2 on CPU)")
+    p.add_argument("--cases", help="comma-separated case names to run (default: all that fit; see the output)")
+    p.add_argument("--height", type=int, default=256)
+    p.add_argument("--width", type=int, default=256)
+    p.add_argument("--num-frames", type=int, default=17)
+    p.add_argument("--steps", type=int, default=4)
+    p.add_argument("--tolerance", type=float, help="max relative latent difference (default: 1e-4 fp32, 3e-2 bf16)")
+    p.set_defaults(run=_run_check_node)
+
+
+def _config(args):
+    from .config import EngineConfig, load_config
+
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path or _default_model(config))
+    return config.with_overrides("generation", height=args.height, width=args.width, num_frames=args.num_frames,
+                                 steps=args.steps)
+
+
+def _default_model(config) -> str | None:
+    if config.model.path or config.model.device_type() != "cuda":
+        return None  # the configured model, or the embedded demo model
+    from pipedit.integrations.hunyuan_video.presets import ensure_preset
+
+    return str(ensure_preset("hunyuan-video-full-width"))
+
+
+def _select(cases, names: str | None):
+    from .errors import UserInputError
+
+    if not names:
+        return cases
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = {case.name: case for case in cases}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise UserInputError(f"unknown cases {unknown}; this node can run: {', '.join(known)}")
+    return [known[name] for name in wanted]
+
+
+def _run_check_node(args) -> int:
+    import torch
+
+    from .adapter import attention_heads
+    from .check_node import check_node, default_tolerance, node_cases, passed
+    from .errors import UserInputError
+    from .runtime.engine import resolve_model_path
+    from .runtime.executor import ensure_ray
+
+    config = _config(args)
+    ranks = args.ranks or (torch.cuda.device_count() if config.model.device_type() == "cuda" else 2)
+    if ranks < 2:
+        raise UserInputError(f"check-node needs at least 2 ranks, got {ranks}")
+    heads = attention_heads(resolve_model_path(config.model.path))
+    cases = _select(node_cases(ranks, heads), args.cases)
+    tolerance = args.tolerance if args.tolerance is not None else default_tolerance(config)
+    print(f"check-node: {len(cases)} configurations on {ranks} ranks ({config.model.device_type()}), "
+          f"{args.height}x{args.width}x{args.num_frames}, {args.steps} steps, tolerance {tolerance:g}")
+    import ray
+
+    started = ensure_ray(ranks)  # one Ray instance for every configuration
+    try:
+        outcomes = check_node(config, cases, tolerance)
+    finally:
+        if started:
+            ray.shutdown()
+    bad = [o.case.name for o in outcomes if not passed(o, tolerance)]
+    print(f"{len(outcomes) - len(bad)} passed, {len(bad)} failed" + (f": {', '.join(bad)}" if bad else ""))
+    return 1 if bad else 0
