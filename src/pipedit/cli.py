@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench_cli import add_bench_parser
 
     add_bench_parser(sub)
+    from .env_cli import add_env_parser
+
+    add_env_parser(sub)
     return parser
 
 
