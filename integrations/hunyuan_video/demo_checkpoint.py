@@ -10,7 +10,9 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -69,36 +71,49 @@ def _clip(vocab_size: int, eos_token_id: int):
     return CLIPTextModel(config)
 
 
-def build_demo_pipeline():
-    """Returns an in-memory diffusers HunyuanVideoPipeline with deterministic tiny weights."""
-    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
-
+def demo_text_components() -> dict:
+    """The demo tokenizers and small text encoders, keyed by pipeline component name. Other
+    presets reuse them: the transformer's text widths must match these encoders' hidden sizes."""
     template = DEFAULT_PROMPT_TEMPLATE
     prefix = template["template"].split("{}")[0]
     crop_start = template["crop_start"]
     tokenizer = build_llama_tokenizer(prefix, crop_start, LLAMA_MAX_TOKENS + crop_start)
     tokenizer_2 = build_clip_tokenizer(CLIP_MAX_TOKENS)
+    return {
+        "text_encoder": _seeded(2, lambda: _llama(len(tokenizer))),
+        "text_encoder_2": _seeded(3, lambda: _clip(len(tokenizer_2), tokenizer_2.eos_token_id)),
+        "tokenizer": tokenizer,
+        "tokenizer_2": tokenizer_2,
+    }
+
+
+def build_demo_pipeline():
+    """Returns an in-memory diffusers HunyuanVideoPipeline with deterministic tiny weights."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
+
     return HunyuanVideoPipeline(
         transformer=_seeded(0, _transformer),
         vae=_seeded(1, _vae),
-        text_encoder=_seeded(2, lambda: _llama(len(tokenizer))),
-        text_encoder_2=_seeded(3, lambda: _clip(len(tokenizer_2), tokenizer_2.eos_token_id)),
-        tokenizer=tokenizer,
-        tokenizer_2=tokenizer_2,
         scheduler=FlowMatchEulerDiscreteScheduler(shift=7.0),
+        **demo_text_components(),
     )
 
 
 def write_demo_checkpoint(directory: str | os.PathLike) -> Path:
-    """Writes the demo pipeline to `directory` (created; must not hold a checkpoint already).
-    The files appear atomically: a crash never leaves a half-written checkpoint behind."""
+    """Writes the demo pipeline to `directory` (created; must not hold a checkpoint already)."""
+    return write_pipeline(directory, build_demo_pipeline)
+
+
+def write_pipeline(directory: str | os.PathLike, build: Callable[[], Any]) -> Path:
+    """Writes the pipeline `build()` returns to `directory` (created; must not hold a checkpoint
+    already). The files appear atomically: a crash never leaves a half-written checkpoint behind."""
     target = Path(directory)
     if (target / "model_index.json").exists():
         raise FileExistsError(f"{target} already holds a checkpoint (model_index.json); choose an empty directory")
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".demo-", dir=target.parent))
     try:
-        build_demo_pipeline().save_pretrained(staging, safe_serialization=True)
+        build().save_pretrained(staging, safe_serialization=True)
         if target.exists():
             for entry in staging.iterdir():
                 entry.rename(target / entry.name)

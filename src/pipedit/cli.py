@@ -69,8 +69,12 @@ def add_pipeline_flags(p) -> None:
 
 
 def _add_demo_checkpoint(sub) -> None:
-    p = sub.add_parser("demo-checkpoint", help="write the tiny offline demo HunyuanVideo checkpoint")
+    from pipedit.integrations.hunyuan_video.presets import DEFAULT_PRESET, PRESETS
+
+    p = sub.add_parser("demo-checkpoint", help="write an offline synthetic HunyuanVideo checkpoint (default: the tiny demo)")
     p.add_argument("directory", help="folder to create (diffusers layout)")
+    p.add_argument("--preset", default=DEFAULT_PRESET,
+                   help="; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items()))
     p.set_defaults(run=_run_demo_checkpoint)
 
 
@@ -81,9 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_demo_checkpoint(sub)
     from .bench_cli import add_bench_parser
     from .check_node_cli import add_check_node_parser
+    from .env_cli import add_env_parser
 
     add_bench_parser(sub)
     add_check_node_parser(sub)
+    add_env_parser(sub)
     return parser
 
 
@@ -117,10 +123,10 @@ def _run_generate(args) -> int:
 
 
 def _run_demo_checkpoint(args) -> int:
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import write_demo_checkpoint
+    from pipedit.integrations.hunyuan_video.presets import write_preset
 
     try:
-        path = write_demo_checkpoint(args.directory)
+        path = write_preset(args.directory, args.preset)
     except FileExistsError as error:
         raise UserInputError(str(error)) from None
     print(path)
