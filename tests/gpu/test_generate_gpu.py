@@ -1,0 +1,64 @@
+"""On one GPU: bf16 generation against the CPU float32 result, the attention kernel the hot path
+uses, and per-step time at full width (printed; run with -s to see the figures).
+
+Tolerance: bf16 keeps 8 mantissa bits (relative rounding ~4e-3 per op); over a few steps of a
+4-block model the latents drift by ~1e-2 relative to their largest value, so 5e-2 bounds
+rounding while still catching a wrong layout or mask (those give errors of order 1).
+"""
+
+import time
+
+import pytest
+import torch
+
+from pipedit.config import EngineConfig, ModelConfig
+from pipedit.request import VideoRequest
+from pipedit.runtime.engine import Engine
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+BF16_TOLERANCE = 5e-2
+
+
+def _generate(path, device: str, dtype: str, request: VideoRequest):
+    with Engine(EngineConfig(model=ModelConfig(path=str(path), device=device, dtype=dtype))) as engine:
+        result = engine.generate(request)
+        processors = engine.executor.worker.adapter.transformer.attn_processors.values()
+        kernels = [p.strategy.kernel.calls for p in processors if hasattr(p, "strategy")]
+    calls = {}
+    for counter in kernels:
+        for name, count in counter.items():
+            calls[name] = calls.get(name, 0) + count
+    return result, calls
+
+
+def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
+    return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+
+@pytest.mark.parametrize("model", ["demo", "full-width"])
+def test_bf16_on_gpu_matches_cpu_float32(model, demo_checkpoint, request):
+    path = demo_checkpoint if model == "demo" else request.getfixturevalue("full_width_checkpoint")
+    video = VideoRequest("a red fox running through fresh snow", height=64, width=64, num_frames=5, steps=3, seed=1)
+    gpu, calls = _generate(path, "cuda", "bfloat16", video)
+    cpu, _ = _generate(path, "cpu", "float32", video)
+    error = _relative(gpu.latents, cpu.latents)
+    print(f"\n{model}: bf16 cuda vs fp32 cpu, relative max diff {error:.2e}; attention kernels {calls}")
+    assert error <= BF16_TOLERANCE
+    assert "sdpa-masked" not in calls  # padded text was dropped: the unmasked kernels ran
+    assert sum(calls.values()) > 0
+
+
+def test_full_width_step_time(full_width_checkpoint):
+    """Per-step time of the full-width DiT (2+2 blocks) at 544x960x33 (8,160 video tokens)."""
+    video = VideoRequest("a red fox running through fresh snow", height=544, width=960, num_frames=33, steps=4)
+    with Engine(EngineConfig(model=ModelConfig(path=str(full_width_checkpoint), device="cuda"))) as engine:
+        engine.generate(video)  # warm-up
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        result = engine.generate(video)
+        torch.cuda.synchronize()
+        peak = torch.cuda.max_memory_allocated() / 2**30
+    per_step = result.timings["denoise_s"] / video.steps
+    print(f"\nfull width 544x960x33: {per_step * 1e3:.1f} ms/step (4 blocks), whole request "
+          f"{time.perf_counter() - start:.1f} s, peak {peak:.1f} GiB")
+    assert torch.isfinite(result.latents).all()
