@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import time
 import uuid
 from dataclasses import dataclass, field
 
@@ -42,10 +43,20 @@ class VideoRequest:
 
 class RequestStatus(str, enum.Enum):
     QUEUED = "queued"
+    ENCODING = "encoding"
     DENOISING = "denoising"
     DECODING = "decoding"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def final(self) -> bool:
+        return self in (RequestStatus.DONE, RequestStatus.FAILED, RequestStatus.CANCELLED)
+
+
+class RequestCancelled(Exception):
+    """The request was cancelled (between denoising steps, in the queue, or while decoding)."""
 
 
 @dataclass
@@ -65,7 +76,13 @@ class RequestFailure:
     error: BaseException
 
     @property
+    def cancelled(self) -> bool:
+        return isinstance(self.error, RequestCancelled)
+
+    @property
     def message(self) -> str:
+        if self.cancelled:
+            return f"request {self.request_id} was cancelled while {self.phase}"
         return f"request {self.request_id} failed while {self.phase}: {self.error}"
 
 
@@ -77,3 +94,4 @@ class RequestEvent:
     status: RequestStatus
     step: int = 0
     total_steps: int = 0
+    at: float = field(default_factory=time.time)  # wall-clock seconds when it happened

@@ -15,10 +15,11 @@ from typing import Callable, Iterable, Iterator
 
 from ..attention.aco import AcoShape
 from ..attention.autotune import pick_faster
-from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
+from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from .layout import WorldLayout
 
 EventCallback = Callable[[RequestEvent], None]
+CancelCheck = Callable[[str], bool]  # request id -> cancelled
 Outcome = VideoResult | RequestFailure
 ACO_ROUNDS = 5
 
@@ -30,6 +31,11 @@ class PipelineScheduler:
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
+
+    def session(self, on_event: EventCallback, is_cancelled: CancelCheck) -> "_Run":
+        """A long-lived run for requests that arrive over time (pipedit.runtime.engine_core):
+        `submit` one request at a time, `poll` for decodes that finished meanwhile."""
+        return _Run(self, on_event, True, self.aco_mode if self.layout.aco else "off", is_cancelled)
 
     def run(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
             pipelined: bool = True, aco: str | None = None) -> Iterator[Outcome]:
@@ -59,8 +65,10 @@ class _Decoding:
 class _Run:
     """State of one `run` call: decodes in flight and free decode ranks."""
 
-    def __init__(self, scheduler: PipelineScheduler, emit: EventCallback, pipelined: bool, aco_mode: str):
+    def __init__(self, scheduler: PipelineScheduler, emit: EventCallback, pipelined: bool, aco_mode: str,
+                 is_cancelled: CancelCheck = lambda request_id: False):
         self.s = scheduler
+        self.is_cancelled = is_cancelled
         self.ex = scheduler.executor
         self.layout = scheduler.layout
         self.emit = emit
@@ -74,11 +82,14 @@ class _Run:
         phase, started = "encode", time.perf_counter()
         timings: dict[str, float] = {}
         try:
+            self._check_cancelled(request)
+            self.emit(RequestEvent(request.request_id, RequestStatus.ENCODING))
             cond = self.ex.call_rank(self.layout.text_rank, "encode_prompt", request)
             timings["encode_s"] = time.perf_counter() - started
             phase = "denoise"
             yield from self._denoise(request, cond, timings)
             phase = "decode"
+            self._check_cancelled(request)
             outcome = yield from self._hand_off(request, timings, started)
             if outcome is not None:
                 yield outcome
@@ -91,6 +102,7 @@ class _Run:
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))
         aco_steps = 0
         for _ in range(total):
+            self._check_cancelled(request)  # between steps: a cancelled request stops within one
             use_aco = self._aco_now(request)
             done = self._step(request, use_aco)
             aco_steps += use_aco
@@ -130,6 +142,7 @@ class _Run:
                 self.free.append(decoding.rank)
                 try:
                     result = self.ex.get(ref)
+                    self._check_cancelled(decoding.request)  # a cancelled decode is discarded
                     decoding.timings["decode_s"] = time.perf_counter() - decoding.handed
                     yield self._done(decoding.request, result, decoding.timings, decoding.started)
                 except Exception as error:  # noqa: BLE001
@@ -137,8 +150,16 @@ class _Run:
             if first_only or not block:
                 return
 
+    def poll(self) -> Iterator[Outcome]:
+        """Outcomes of decodes that finished, without waiting."""
+        yield from self._collect(block=False)
+
     def drain(self) -> Iterator[Outcome]:
         yield from self._collect(block=True)
+
+    def _check_cancelled(self, request: VideoRequest) -> None:
+        if self.is_cancelled(request.request_id):
+            raise RequestCancelled(request.request_id)
 
     def _done(self, request, result: VideoResult, timings: dict, started: float) -> VideoResult:
         result.timings.update(timings, latency_s=time.perf_counter() - started)
@@ -146,7 +167,8 @@ class _Run:
         return result
 
     def _failed(self, request, phase: str, error: BaseException) -> RequestFailure:
-        self.emit(RequestEvent(request.request_id, RequestStatus.FAILED))
+        cancelled = isinstance(error, RequestCancelled)
+        self.emit(RequestEvent(request.request_id, RequestStatus.CANCELLED if cancelled else RequestStatus.FAILED))
         return RequestFailure(request.request_id, phase, error)
 
     # -- Aco ------------------------------------------------------------------------------

@@ -1,0 +1,167 @@
+"""The long-lived engine core: requests arrive over time, are cancelled, and report progress.
+
+One loop thread owns the rank groups (through the Engine's scheduler): it admits the next queued
+request as soon as the denoise group is free, so DeDiVAE overlap holds across requests submitted
+at different times (request k decodes while request k+1, submitted later, denoises). Between
+requests it polls for finished decodes. Events (queued, encoding, step i/n, decoding, done,
+failed, cancelled) go to every listener, from the loop thread.
+
+Cancellation: a queued request is dropped before it starts; a running one stops at the next step
+boundary; a decode in flight is discarded when it returns. Either way the ranks go on with the
+next request.
+
+Invariant: only the loop thread calls the scheduler and the executor.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+
+from ..config import EngineConfig
+from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
+from .engine import Engine
+from .scheduler import EventCallback, Outcome
+
+_log = logging.getLogger(__name__)
+IDLE_WAIT_S = 0.5  # nothing queued, nothing decoding: how long the loop sleeps between checks
+POLL_WAIT_S = 0.02  # nothing queued, decodes in flight: how often it polls them
+
+
+class EngineCore:
+    def __init__(self, engine: Engine, on_outcome: Callable[[Outcome], None] | None = None):
+        """on_outcome: called (from the loop thread) with each VideoResult or RequestFailure;
+        without it, outcomes are kept until `wait` takes them."""
+        self.engine = engine
+        self._on_outcome = on_outcome
+        self._lock = threading.Condition()
+        self._queue: deque[VideoRequest] = deque()
+        self._running: set[str] = set()  # admitted, not finished
+        self._cancelled: set[str] = set()
+        self._outcomes: dict[str, Outcome] = {}
+        self._listeners: list[EventCallback] = []
+        self._stopping = False
+        self._thread = threading.Thread(target=self._loop, name="pipedit-engine", daemon=True)
+        self._thread.start()
+
+    @classmethod
+    def from_config(cls, config: EngineConfig, on_outcome: Callable[[Outcome], None] | None = None) -> "EngineCore":
+        return cls(Engine(config), on_outcome)
+
+    # -- the API --------------------------------------------------------------------------
+    def submit(self, request: VideoRequest) -> str:
+        with self._lock:
+            if self._stopping:
+                raise RuntimeError("the engine is shutting down")
+            self._queue.append(request)
+            self._lock.notify_all()
+        self._emit(RequestEvent(request.request_id, RequestStatus.QUEUED))
+        return request.request_id
+
+    def cancel(self, request_id: str) -> bool:
+        """True if the request was queued or running (it ends cancelled); False if unknown or done."""
+        with self._lock:
+            queued = next((r for r in self._queue if r.request_id == request_id), None)
+            if queued is not None:
+                self._queue.remove(queued)
+            elif request_id in self._running:
+                self._cancelled.add(request_id)
+                return True
+            else:
+                return False
+        self._finish(RequestFailure(request_id, "queued", RequestCancelled(request_id)))
+        self._emit(RequestEvent(request_id, RequestStatus.CANCELLED))
+        return True
+
+    def add_listener(self, listener: EventCallback) -> Callable[[], None]:
+        """Calls `listener` with every event from now on; returns the function that stops it."""
+        with self._lock:
+            self._listeners.append(listener)
+        return lambda: self._remove_listener(listener)
+
+    def wait(self, request_id: str, timeout: float | None = None) -> Outcome:
+        """The request's VideoResult or RequestFailure, once it has ended (TimeoutError before)."""
+        with self._lock:
+            if not self._lock.wait_for(lambda: request_id in self._outcomes, timeout):
+                raise TimeoutError(f"request {request_id} has not ended within {timeout} s")
+            return self._outcomes.pop(request_id)
+
+    @property
+    def queue_length(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    def close(self) -> None:
+        """Queued requests end cancelled; the one running and decodes in flight finish first."""
+        with self._lock:
+            self._stopping = True
+            dropped = list(self._queue)
+            self._lock.notify_all()
+        for request in dropped:
+            self.cancel(request.request_id)
+        self._thread.join()
+        self.engine.close()
+
+    def __enter__(self) -> "EngineCore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the loop thread ------------------------------------------------------------------
+    def _loop(self) -> None:
+        run = self.engine.scheduler.session(self._emit, self._is_cancelled)
+        while True:
+            request = self._next(POLL_WAIT_S if run.in_flight else IDLE_WAIT_S)
+            if request is None and self._stopping:
+                break
+            try:
+                for outcome in run.submit(request) if request is not None else run.poll():
+                    self._finish(outcome)
+            except Exception:  # noqa: BLE001 - the loop must outlive any one request
+                _log.exception("engine loop error")
+        for outcome in run.drain():
+            self._finish(outcome)
+
+    def _next(self, timeout: float) -> VideoRequest | None:
+        with self._lock:
+            if not self._queue and not self._stopping:
+                self._lock.wait(timeout)
+            if not self._queue:
+                return None
+            request = self._queue.popleft()
+            self._running.add(request.request_id)
+            return request
+
+    def _is_cancelled(self, request_id: str) -> bool:
+        with self._lock:
+            return request_id in self._cancelled
+
+    def _finish(self, outcome: Outcome) -> None:
+        with self._lock:
+            self._running.discard(outcome.request_id)
+            self._cancelled.discard(outcome.request_id)
+            if self._on_outcome is None:
+                self._outcomes[outcome.request_id] = outcome
+            self._lock.notify_all()
+        if self._on_outcome is not None:
+            try:
+                self._on_outcome(outcome)
+            except Exception:  # noqa: BLE001 - as for listeners
+                _log.exception("outcome callback failed")
+
+    def _emit(self, event: RequestEvent) -> None:
+        with self._lock:
+            listeners = list(self._listeners)
+        for listener in listeners:
+            try:
+                listener(event)
+            except Exception:  # noqa: BLE001 - a broken listener must not stop the engine
+                _log.exception("event listener failed")
+
+    def _remove_listener(self, listener: EventCallback) -> None:
+        with self._lock:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
