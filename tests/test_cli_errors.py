@@ -93,6 +93,13 @@ def test_bad_flag_value_is_an_argparse_error(capsys):
     assert "expected an integer" in capsys.readouterr().err
 
 
+def test_bad_vae_tiling_flag(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["generate", "--prompt", "x", "--output", "o.mp4", "--vae-tiling", "bogus"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'bogus'" in capsys.readouterr().err
+
+
 def test_bad_parallel_setting(capsys, tmp_path):
     code, err = _run(capsys, _generate("--ulysses", "0", output=tmp_path / "v.mp4"))
     assert code == 2 and "ulysses degree must be an integer >= 1" in err

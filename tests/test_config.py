@@ -27,6 +27,8 @@ def test_flags_override_only_given_values():
         ("extra: {}", "unknown sections ['extra']"),
         ("model: {dtype: int8}", "dtype 'int8' is not supported"),
         ("parallel: {pipesp_chunk: 0}", "pipesp_chunk must be"),
+        ("model: {vae_tiling: maybe}", "vae_tiling must be one of auto, on, off, got 'maybe'"),
+        ("model: {vae_tiling: on}", "got True: quote on and off in YAML"),
         ("- a list", "must be a mapping"),
     ],
 )
@@ -47,3 +49,14 @@ def test_generate_reads_a_config_file(demo_checkpoint, tmp_path):
     assert config.model.path == str(demo_checkpoint)
     assert (config.generation.steps, config.generation.seed) == (4, 5)
     assert config.parallel == ParallelConfig()
+
+
+def test_vae_tiling_from_file_and_flag(tmp_path):
+    from pipedit.cli import build_parser, _engine_config
+
+    assert EngineConfig().model.vae_tiling == "auto"
+    file = tmp_path / "c.yaml"
+    file.write_text("model: {vae_tiling: 'on'}\n")
+    argv = ["generate", "--prompt", "p", "--output", "o.mp4", "--config", str(file)]
+    assert _engine_config(build_parser().parse_args(argv)).model.vae_tiling == "on"
+    assert _engine_config(build_parser().parse_args([*argv, "--vae-tiling", "off"])).model.vae_tiling == "off"

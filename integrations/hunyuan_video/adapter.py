@@ -19,6 +19,7 @@ from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 
 from .parallel import TextKeys, install_processors
+from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
 
 LLAMA_MAX_TOKENS = 256
 CLIP_MAX_TOKENS = 77
@@ -32,7 +33,9 @@ class HunyuanVideoAdapter:
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
 
-    def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None):
+    def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
+                 vae_tiling: str = "auto"):
+        self.vae_tiling = check_mode(vae_tiling)  # auto, on or off: see _set_tiling
         self.components = components
         # Shapes come from the configs, so that every role knows them without the weights.
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
@@ -55,8 +58,9 @@ class HunyuanVideoAdapter:
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None):
-        """dtype None loads each component as diffusers' pipeline does by default."""
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
+        """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
+        auto, on or off (see _set_tiling)."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:
@@ -69,7 +73,7 @@ class HunyuanVideoAdapter:
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
-        return cls(components, configs, device, dtype)
+        return cls(components, configs, device, dtype, vae_tiling)
 
     def __getattr__(self, name):
         components = self.__dict__.get("components", {})
@@ -203,5 +207,18 @@ class HunyuanVideoAdapter:
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         latents = latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
+        self._set_tiling(latents.shape)
         video = self.vae.decode(latents, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
         return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
+
+    def _set_tiling(self, latent_shape) -> None:
+        """Decided per decode, for this latent shape and the memory free now. Untiled keeps
+        diffusers' default decode (framewise passes in time), which the parity tests rely on.
+        Tiled splits each pass into overlapping spatial tiles, blended: not bit-identical.
+        enable_tiling() without arguments keeps the VAE's tile sizes, set there by whoever wants
+        others (diffusers tiles only frames larger than one tile)."""
+        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
+        if should_tile(self.vae_tiling, self.device, predicted, free_device_bytes(self.device)):
+            self.vae.enable_tiling()
+        else:
+            self.vae.disable_tiling()

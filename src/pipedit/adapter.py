@@ -114,5 +114,6 @@ def adapter_class_for(path: str | Path) -> type:
 
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
-                 dtype: torch.dtype | None = None) -> ModelAdapter:
-    return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype)
+                 dtype: torch.dtype | None = None, vae_tiling: str = "auto") -> ModelAdapter:
+    return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
+                                                   vae_tiling=vae_tiling)

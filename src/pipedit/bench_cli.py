@@ -124,9 +124,34 @@ def _run_handoff(args) -> int:
     return 0
 
 
+def _add_vae(kinds) -> None:
+    p = kinds.add_parser("vae", help="VAE decode of one video shape: untiled vs tiled time, peak memory, difference")
+    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--config", help="YAML engine config (device, dtype); flags override it")
+    p.add_argument("--height", type=int, default=320, help="larger than one 256-pixel tile, so that tiling applies")
+    p.add_argument("--width", type=int, default=320)
+    p.add_argument("--num-frames", type=int, default=9)
+    p.add_argument("--tiling", choices=("both", "on", "off"), default="both", help="modes to run (both: off then on)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random latents")
+    p.set_defaults(run=_run_vae)
+
+
+def _run_vae(args) -> int:
+    from .adapter import VideoShape
+    from .bench_vae import bench_vae
+    from .config import EngineConfig, load_config
+
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path)
+    shape = VideoShape(height=args.height, width=args.width, num_frames=args.num_frames)
+    print(bench_vae(config, shape, args.tiling, args.seed))
+    return 0
+
+
 def add_bench_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
     _add_sp(kinds)
     _add_pipeline(kinds)
     _add_handoff(kinds)
+    _add_vae(kinds)

@@ -50,6 +50,8 @@ def _add_generate(sub) -> None:
     p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
+                   help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_pipeline_flags(p)
     p.set_defaults(run=_run_generate)
 
@@ -97,7 +99,7 @@ def _engine_config(args):
     from .config import EngineConfig, load_config
 
     config = load_config(args.config) if args.config else EngineConfig()
-    config = config.with_overrides("model", path=args.model_path)
+    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
     config = pipeline_overrides(config, args)
     return config.with_overrides(

@@ -14,6 +14,7 @@ from .errors import UserInputError
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
+VAE_TILING_MODES = ("auto", "on", "off")
 
 
 @dataclass(frozen=True)
@@ -23,8 +24,15 @@ class ModelConfig:
     # auto: bfloat16 on cuda; on cpu, what diffusers' from_pretrained gives without torch_dtype
     # (diffusers models in float32, transformers models in their stored dtype), so results match it.
     dtype: str = "auto"
+    # Spatially tiled VAE decoding: on, off, or auto (on CUDA, only when an untiled decode is
+    # predicted not to fit in free memory; never on CPU, so CPU results equal diffusers').
+    vae_tiling: str = "auto"
 
     def __post_init__(self):
+        if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans
+            raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
+                                 f"quote on and off in YAML ('on', 'off')")
+        _check_choice("vae_tiling", self.vae_tiling, VAE_TILING_MODES)
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):

@@ -50,7 +50,7 @@ class RankWorker:
                 self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device
             )
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
-                                    dtype=self.config.model.torch_dtype())
+                                    dtype=self.config.model.torch_dtype(), vae_tiling=self.config.model.vae_tiling)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
