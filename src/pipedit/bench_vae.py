@@ -89,7 +89,7 @@ def measure_decode(path: str, device: str, dtype: torch.dtype | None, shape: Vid
     return DecodeRun(mode, seconds, meter.peak, predicted, len(calls), frames[0].cpu())
 
 
-def _in_fresh_process(*args) -> DecodeRun:
+def measure_in_fresh_process(*args) -> DecodeRun:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
         return pool.submit(measure_decode, *args).result()
 
@@ -98,9 +98,11 @@ def bench_vae(config: EngineConfig, shape: VideoShape, tiling: str = "both", see
     from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
 
     path = config.model.path or str(ensure_demo_checkpoint())
-    device, dtype = config.model.torch_device(), config.model.torch_dtype()
+    from .distributed.devices import resolve_rank_device
+
+    device, dtype = resolve_rank_device(config.model.device), config.model.torch_dtype()
     load_adapter(path, parts=(), device=device, dtype=dtype).validate(shape, 1)  # configs only: cheap
-    runs = [_in_fresh_process(path, str(device), dtype, shape, mode, seed) for mode in MODES[tiling]]
+    runs = [measure_in_fresh_process(path, str(device), dtype, shape, mode, seed) for mode in MODES[tiling]]
     return format_table(runs, shape, device)
 
 

@@ -121,10 +121,38 @@ class GenerationDefaults:
 
 
 @dataclass(frozen=True)
+class ServeConfig:
+    """`pipedit serve`: where it listens, where jobs live, and what one request may ask for."""
+
+    host: str = "127.0.0.1"  # loopback unless told otherwise
+    port: int = 8000
+    data_dir: str | None = None  # jobs.sqlite and videos/; None: <pipedit cache>/serve
+    max_queued: int = 16  # queued jobs beyond this are refused with 429
+    api_keys: tuple[str, ...] = ()  # Bearer keys; empty: no authentication
+    max_height: int = 1280
+    max_width: int = 1280
+    max_num_frames: int = 129
+    max_steps: int = 100
+    max_prompt_chars: int = 4000
+    model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
+
+    def __post_init__(self):
+        if isinstance(self.api_keys, str) or not all(isinstance(k, str) and k for k in self.api_keys):
+            raise UserInputError("serve.api_keys must be a list of non-empty strings")
+        object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        for name in ("port", "max_queued", "max_height", "max_width", "max_num_frames", "max_steps",
+                     "max_prompt_chars"):
+            value = getattr(self, name)
+            if not _is_int(value) or value < (0 if name == "port" else 1):
+                raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     generation: GenerationDefaults = field(default_factory=GenerationDefaults)
+    serve: ServeConfig = field(default_factory=ServeConfig)
 
     def with_overrides(self, section: str, **values: Any) -> "EngineConfig":
         """A copy with the non-None values replaced in one section (how CLI flags apply)."""
@@ -132,7 +160,8 @@ class EngineConfig:
         return replace(self, **{section: replace(getattr(self, section), **given)}) if given else self
 
 
-_SECTIONS = {"model": ModelConfig, "parallel": ParallelConfig, "generation": GenerationDefaults}
+_SECTIONS = {"model": ModelConfig, "parallel": ParallelConfig, "generation": GenerationDefaults,
+             "serve": ServeConfig}
 
 
 def load_config(path: str | Path) -> EngineConfig:

@@ -42,15 +42,12 @@ class RayExecutor:
 
     def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
         import ray
-        from ray.util.placement_group import placement_group
 
         self._ray = ray
         self.layout = layout
         self._started_ray = ensure_ray(layout.world_size)
         use_gpu = config.model.device_type() == "cuda"
-        bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-        self._group = placement_group([bundle] * layout.world_size, strategy="STRICT_PACK")
-        ray.get(self._group.ready(), timeout=120)
+        self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
         env = {"TOKENIZERS_PARALLELISM": "false"}
         if os.environ.get(FAULT_ENV):
             env[FAULT_ENV] = os.environ[FAULT_ENV]
@@ -71,7 +68,8 @@ class RayExecutor:
             actor_class = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0,
                                      max_concurrency=2 if decode else 1)(DecodeWorker if decode else DenoiseWorker)
             self.actors.append(actor_class.options(
-                scheduling_strategy=PlacementGroupSchedulingStrategy(self._group, placement_group_bundle_index=rank),
+                scheduling_strategy=PlacementGroupSchedulingStrategy(
+                    self._group, placement_group_bundle_index=self._first_bundle + rank),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors]))
@@ -112,9 +110,30 @@ class RayExecutor:
 
         for actor in self.actors:
             self._ray.kill(actor)
-        remove_placement_group(self._group)
+        if self._first_bundle == 0:  # a group of our own (not the Serve replica's)
+            remove_placement_group(self._group)
         if self._started_ray:
             self._ray.shutdown()
+
+
+def _rank_bundles(world_size: int, use_gpu: bool):
+    """(placement group, index of rank 0's bundle). Inside a Serve replica started with
+    placement_group_bundles (bundle 0: the replica, then one per rank, STRICT_PACK) the ranks
+    take the replica's bundles, so Serve schedules whole rank groups; elsewhere a STRICT_PACK
+    group of our own."""
+    import ray
+    from ray.util.placement_group import get_current_placement_group, placement_group
+
+    current = get_current_placement_group()
+    if current is not None:
+        if len(current.bundle_specs) < world_size + 1:
+            raise RuntimeError(f"this replica's placement group has {len(current.bundle_specs)} bundles; "
+                               f"{world_size} ranks need {world_size + 1} (the replica's, then one per rank)")
+        return current, 1
+    bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
+    group = placement_group([bundle] * world_size, strategy="STRICT_PACK")
+    ray.get(group.ready(), timeout=120)
+    return group, 0
 
 
 def ensure_ray(world_size: int) -> bool:

@@ -1,0 +1,72 @@
+"""The Ray Serve application: one deployment whose replicas each own an engine (rank group).
+
+A replica builds the EngineCore (its rank actors go into the replica's own placement group:
+bundle 0 is the replica, then one bundle per rank, STRICT_PACK, so Serve places whole rank
+groups on one node), the job service over the durable store, and the FastAPI app, which Serve
+serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder
+config=FILE` start the same application.
+
+Hazard: several replicas would share one data folder and each re-run its unfinished jobs; until
+the job store coordinates replicas, num_replicas is 1.
+"""
+
+from __future__ import annotations
+
+from ray import serve
+
+from pipedit.config import EngineConfig, load_config
+
+APP_NAME = "pipedit"
+
+
+def _world_size(config: EngineConfig) -> int:
+    parallel = config.parallel
+    if parallel.ranks is not None:
+        return parallel.ranks
+    return parallel.denoise_ranks + (parallel.decode_ranks if isinstance(parallel.decode_ranks, int) else 0)
+
+
+def deployment_options(config: EngineConfig) -> dict:
+    """Replica resources: a one-rank engine runs inside the replica (its GPU is the replica's);
+    a multi-rank engine puts its rank actors into the replica's placement group."""
+    gpu = config.model.device_type() == "cuda"
+    ranks = _world_size(config)
+    if ranks == 1:
+        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1 if gpu else 0}}
+    rank_bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
+    return {
+        "ray_actor_options": {"num_cpus": 1},
+        "placement_group_bundles": [{"CPU": 1}] + [rank_bundle] * ranks,
+        "placement_group_strategy": "STRICT_PACK",
+    }
+
+
+@serve.ingress()
+class PipeditServer:
+    def __init__(self, config: EngineConfig):
+        from .runtime_glue import start_service
+
+        self.config = config
+        self.core, self.service = start_service(config)
+
+    def __serve_build_asgi_app__(self):
+        from .api import build_app
+
+        return build_app(self.service, api_keys=self.config.serve.api_keys)
+
+    def __del__(self):
+        core = getattr(self, "core", None)
+        if core is not None:
+            core.close()
+
+
+def build_application(config: EngineConfig):
+    options = deployment_options(config)
+    return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=1,
+                            max_ongoing_requests=256, **options).bind(config)
+
+
+def app_builder(args: dict):
+    """For `serve run pipedit.serve.deployment:app_builder config=configs/demo-cpu.yaml`."""
+    config = load_config(args["config"]) if args.get("config") else EngineConfig()
+    return build_application(config)
