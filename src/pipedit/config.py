@@ -127,24 +127,27 @@ class ServeConfig:
     host: str = "127.0.0.1"  # loopback unless told otherwise
     port: int = 8000
     data_dir: str | None = None  # jobs.sqlite and videos/; None: <pipedit cache>/serve
-    max_queued: int = 16  # queued jobs beyond this are refused with 429
     api_keys: tuple[str, ...] = ()  # Bearer keys; empty: no authentication
-    max_height: int = 1280
-    max_width: int = 1280
-    max_num_frames: int = 129
-    max_steps: int = 100
-    max_prompt_chars: int = 4000
     model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
+    # Limits on one request (a request above them gets 400 naming the field), and on the queue (429).
+    max_queued: int = 16
+    max_steps: int = 100
+    max_guidance_scale: float = 30.0
+    max_prompt_chars: int = 4000
+    max_side: int = 1920  # pixels, height or width
+    max_frames: int = 257
+    max_fps: int = 60
 
     def __post_init__(self):
         if isinstance(self.api_keys, str) or not all(isinstance(k, str) and k for k in self.api_keys):
             raise UserInputError("serve.api_keys must be a list of non-empty strings")
         object.__setattr__(self, "api_keys", tuple(self.api_keys))
-        for name in ("port", "max_queued", "max_height", "max_width", "max_num_frames", "max_steps",
-                     "max_prompt_chars"):
+        for name in ("port", "max_queued", "max_steps", "max_prompt_chars", "max_side", "max_frames", "max_fps"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
+        if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
+            raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
 
 
 @dataclass(frozen=True)
