@@ -97,10 +97,11 @@ def _size(text: str, limits: ServiceLimits) -> tuple[int, int]:
 
 def _frames(given: dict, fps: int, defaults: GenerationDefaults, limits: ServiceLimits) -> tuple[int, str]:
     """num_frames and the clip length in seconds (as the string OpenAI's API uses)."""
-    if "num_frames" in given:
+    seconds = _seconds(given["seconds"]) if "seconds" in given else None
+    if "num_frames" in given:  # the exact count wins over a length in seconds
         frames = _bounded_int(given["num_frames"], "num_frames", 1, limits.max_frames)
-    elif "seconds" in given:
-        frames = _frames_for(_seconds(given["seconds"]), fps)
+    elif seconds is not None:
+        frames = _frames_for(seconds, fps)
     else:
         frames = defaults.num_frames
     if frames > limits.max_frames:
