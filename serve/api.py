@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import AsyncIterator
 from typing import Literal
 
@@ -17,6 +18,7 @@ from .http_errors import bearer_check, install_error_handlers
 from .jobs import JobService
 from .schemas import FINAL_STATUSES, ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 
+KEEPALIVE_S = 15.0
 EVENT_POLL_S = 0.1  # how often the event stream looks at the job; the store is the truth across processes
 _ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 429)}
 _CREATE_BODY = {"requestBody": {"required": True, "content": {
@@ -80,7 +82,11 @@ async def _body(request: Request) -> dict:
     content_type = request.headers.get("content-type", "")
     if content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
         form = await request.form()
-        return {key: value for key, value in form.items() if isinstance(value, str)}
+        files = [key for key, value in form.items() if not isinstance(value, str)]
+        if files:  # e.g. OpenAI's input_reference image: silently dropping it would mislead
+            raise ApiError(400, f"file uploads ({', '.join(files)}) are not supported: this server "
+                           f"generates from text only", param=files[0], code="unsupported_parameter")
+        return dict(form.items())
     try:
         body = await request.json()
     except ValueError:
@@ -93,7 +99,7 @@ async def _body(request: Request) -> dict:
 
 async def _changes(service: JobService, video_id: str) -> AsyncIterator[str]:
     """Server-sent events: the Video as JSON whenever it changes, until a final status."""
-    last = None
+    last, quiet_since = None, time.monotonic()
     while True:
         try:
             video = await run_in_threadpool(service.get, video_id)
@@ -102,8 +108,11 @@ async def _changes(service: JobService, video_id: str) -> AsyncIterator[str]:
             return
         text = video.model_dump_json()
         if text != last:
-            last = text
+            last, quiet_since = text, time.monotonic()
             yield f"data: {text}\n\n"
+        elif time.monotonic() - quiet_since > KEEPALIVE_S:  # long queues: proxies drop silent streams
+            quiet_since = time.monotonic()
+            yield ": keep-alive\n\n"
         if video.status in FINAL_STATUSES:
             return
         await asyncio.sleep(EVENT_POLL_S)

@@ -131,6 +131,12 @@ class JobService:
         self._closing.set()
         self._collector.join(timeout=30)
 
+    def shutdown(self) -> None:
+        """close(), then the engine and the store (for owners of all three, e.g. open_service)."""
+        self.close()
+        self.engine.close()
+        self.store.close()
+
     # -- helpers --------------------------------------------------------------------------
     def _record(self, video_id: str) -> JobRecord:
         record = self.store.get(video_id)

@@ -106,3 +106,13 @@ def test_api_keys(demo_checkpoint, tmp_path):
         assert call("GET", f"{running.url}/healthz").status == 200
     finally:
         running.close()
+
+
+def test_file_uploads_are_refused_not_dropped(server):
+    boundary = "b0undary"
+    data = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\na fox\r\n"
+            f"--{boundary}\r\nContent-Disposition: form-data; name=\"input_reference\"; filename=\"ref.png\"\r\n"
+            f"Content-Type: image/png\r\n\r\n\x89PNG\r\n--{boundary}--\r\n").encode()
+    reply = call("POST", f"{server.url}/v1/videos", data=data,
+                 headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
+    _error(reply, 400, "input_reference", "unsupported_parameter")
