@@ -69,7 +69,13 @@ class JobService:
             record = JobRecord(id=f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
                                params=settings.to_json(), extras={"stage": "queued"})
             self.store.add(record)
-            self._submit(record)
+            try:
+                self._submit(record)
+            except RuntimeError as error:  # the engine is shutting down: do not keep a job it refused
+                self.store.delete(record.id)
+                self._ours.discard(record.id)
+                raise ApiError(503, f"the server is shutting down ({error}); retry when /healthz is ok",
+                               type="server_error", code="engine_unavailable") from error
         return self._view(record)
 
     def get(self, video_id: str) -> Video:

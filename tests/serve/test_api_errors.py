@@ -116,3 +116,15 @@ def test_file_uploads_are_refused_not_dropped(server):
     reply = call("POST", f"{server.url}/v1/videos", data=data,
                  headers={"Content-Type": f"multipart/form-data; boundary={boundary}"})
     _error(reply, 400, "input_reference", "unsupported_parameter")
+
+
+def test_health_and_create_when_the_engine_is_gone(demo_checkpoint, tmp_path):
+    running = start(demo_checkpoint, tmp_path)
+    try:
+        running.engine.close()
+        _error(call("GET", f"{running.url}/healthz"), 503, code="engine_unavailable")
+        _error(call("POST", f"{running.url}/v1/videos", {"prompt": "too late", **SMALL}), 503, code="engine_unavailable")
+        assert call("GET", f"{running.url}/v1/videos").json()["data"] == []
+    finally:
+        running.stop()
+        running.service.close()
