@@ -1,0 +1,33 @@
+"""The one error type the HTTP layer turns into an OpenAI-style error body."""
+
+from __future__ import annotations
+
+
+class ApiError(Exception):
+    """An error for the client: HTTP status, a message that says the fix, and the parameter at fault.
+
+    `type` follows OpenAI's vocabulary (invalid_request_error, authentication_error, ...);
+    `headers` carries hints such as Retry-After.
+    """
+
+    def __init__(self, status: int, message: str, *, param: str | None = None, code: str | None = None,
+                 type: str = "invalid_request_error", headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.type = type
+        self.headers = headers or {}
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
+
+
+def invalid(message: str, param: str | None, code: str = "invalid_value") -> ApiError:
+    return ApiError(400, message, param=param, code=code)
+
+
+def not_found(video_id: str) -> ApiError:
+    return ApiError(404, f"no video with id '{video_id}': list them with GET /v1/videos",
+                    param="video_id", code="video_not_found")

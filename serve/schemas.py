@@ -1,0 +1,94 @@
+"""Pydantic models in the shape of OpenAI's video API (field names and types as the official
+SDK reads them), plus pipedit's diffusion settings. pipedit's own output fields live in ONE
+nested object, `pipedit`, so that OpenAI clients see exactly the fields they know."""
+
+from __future__ import annotations
+
+from typing import Literal, Optional, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+VideoStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
+FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
+
+
+class VideoCreateParams(BaseModel):
+    """POST /v1/videos. Fields left out take the model's defaults (see `model_fields_set`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(description="What the video shows.")
+    model: Optional[str] = Field(None, description="The served model's name; defaults to it.")
+    size: Optional[str] = Field(None, description="WIDTHxHEIGHT in pixels, e.g. 128x128.")
+    seconds: Optional[Union[str, float]] = Field(
+        None, description="Clip length; sets num_frames from fps when num_frames is not given.")
+    num_frames: Optional[int] = Field(None, description="Frame count, 4k+1 for HunyuanVideo.")
+    fps: Optional[int] = Field(None, description="Frames per second of the mp4.")
+    num_inference_steps: Optional[int] = Field(None, description="Denoising steps.")
+    guidance_scale: Optional[float] = Field(None, description="Classifier-free / embedded guidance.")
+    negative_prompt: Optional[str] = Field(None, description="Not supported by HunyuanVideo; must be empty.")
+    seed: Optional[int] = Field(None, description="Seed of the initial noise.")
+
+    def given(self) -> dict:
+        """Only the fields the client sent (explicit nulls count as not sent)."""
+        return {name: getattr(self, name) for name in self.model_fields_set if getattr(self, name) is not None}
+
+
+class VideoError(BaseModel):
+    code: str
+    message: str
+
+
+class PipeditExtras(BaseModel):
+    stage: str = Field(description="queued, encoding, denoising, decoding, writing, done, failed, cancelled")
+    step: int = 0
+    total_steps: int = 0
+    queue_position: Optional[int] = Field(None, description="Jobs ahead of this one; null once it runs.")
+    seed: int
+    num_frames: int
+    fps: int
+    num_inference_steps: int
+    guidance_scale: float
+    timings: dict[str, float] = Field(default_factory=dict)
+
+
+class Video(BaseModel):
+    id: str
+    object: Literal["video"] = "video"
+    model: str
+    status: VideoStatus
+    progress: int = Field(ge=0, le=100)
+    created_at: int
+    completed_at: Optional[int] = None
+    expires_at: Optional[int] = None
+    prompt: Optional[str] = None
+    size: str
+    seconds: str
+    error: Optional[VideoError] = None
+    remixed_from_video_id: Optional[str] = None
+    pipedit: PipeditExtras
+
+
+class VideoList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[Video]
+    first_id: Optional[str] = None
+    last_id: Optional[str] = None
+    has_more: bool = False
+
+
+class VideoDeleted(BaseModel):
+    id: str
+    object: Literal["video.deleted"] = "video.deleted"
+    deleted: bool = True
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: Optional[str] = None
+    code: Optional[str] = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

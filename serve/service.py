@@ -1,0 +1,34 @@
+"""Builds a complete JobService from an engine config: engine core, job store, the model's
+request checks, and recovery of the jobs a previous run left unfinished."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pipedit.config import EngineConfig
+from pipedit.runtime.engine import resolve_model_path
+from pipedit.runtime.engine_core import EngineCore
+
+from .jobs import JobService
+from .params import ServiceLimits, adapter_validator
+from .store import JobStore
+
+DEMO_MODEL_NAME = "hunyuan-video-demo"
+
+
+def model_name_for(config: EngineConfig) -> str:
+    """The name clients pass as `model`: the checkpoint folder's name, or the demo model's."""
+    return Path(config.model.path).name if config.model.path else DEMO_MODEL_NAME
+
+
+def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str | None = None,
+                 limits: ServiceLimits = ServiceLimits(), database_url: str | None = None) -> JobService:
+    """A running service; stop it with `service.shutdown()`. database_url: any SQLAlchemy URL
+    (default: SQLite `jobs.sqlite` in data_dir)."""
+    model_path = str(resolve_model_path(config.model.path))
+    store = JobStore(database_url) if database_url else JobStore.in_folder(data_dir)
+    engine = EngineCore.from_config(config)
+    service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
+                         limits, validate=adapter_validator(model_path))
+    service.recover()
+    return service

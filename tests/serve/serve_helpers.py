@@ -1,0 +1,110 @@
+"""Serving test helpers: the real engine core on the demo model, a JobService on a data folder, and
+the app served by uvicorn on a free local port in a background thread."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+
+from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
+from pipedit.runtime.engine_core import EngineCore
+from pipedit.serve.api import build_app
+from pipedit.serve.jobs import JobService
+from pipedit.serve.params import ServiceLimits, adapter_validator
+from pipedit.serve.store import JobStore
+
+MODEL = "hunyuan-demo"
+SMALL = {"size": "64x64", "num_frames": 5, "num_inference_steps": 2}
+
+
+@dataclass
+class Running:
+    engine: EngineCore
+    service: JobService
+    url: str
+    stop: callable
+
+    def close(self) -> None:
+        self.stop()
+        self.service.close()
+        self.engine.close()
+        self.service.store.close()
+
+
+def start(checkpoint: Path, data_dir: Path, limits: ServiceLimits = ServiceLimits(), api_keys=(),
+          recover: bool = False) -> Running:
+    engine = EngineCore.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
+    defaults = GenerationDefaults(height=64, width=64, num_frames=5, steps=2)
+    service = JobService(engine, JobStore.in_folder(data_dir), data_dir, MODEL, defaults, limits,
+                         validate=adapter_validator(str(checkpoint)))
+    if recover:
+        service.recover()
+    url, stop = serve_in_thread(build_app(service, api_keys))
+    return Running(engine, service, url, stop)
+
+
+def serve_in_thread(app) -> tuple[str, callable]:
+    import uvicorn
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, timeout=20)
+
+    def stop():
+        server.should_exit = True
+        thread.join(timeout=10)
+
+    return f"http://127.0.0.1:{port}", stop
+
+
+def wait_for(condition, timeout=60.0, every=0.05):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(every)
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict
+    body: bytes
+
+    def json(self):
+        return json.loads(self.body)
+
+
+def call(method: str, url: str, body: dict | None = None, headers: dict | None = None,
+         data: bytes | None = None) -> Reply:
+    headers = dict(headers or {})
+    if body is not None:
+        data = json.dumps(body).encode()
+        headers.setdefault("Content-Type", "application/json")
+    request = urllib.request.Request(url, data=data, method=method, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return Reply(response.status, dict(response.headers), response.read())
+    except urllib.error.HTTPError as error:
+        return Reply(error.code, dict(error.headers), error.read())
+
+
+def wait_status(url: str, video_id: str, statuses=("completed",), timeout=90.0) -> dict:
+    seen = {}
+
+    def reached():
+        seen.update(call("GET", f"{url}/v1/videos/{video_id}").json())
+        return seen["status"] in statuses
+
+    wait_for(reached, timeout=timeout, every=0.1)
+    return seen

@@ -1,0 +1,74 @@
+"""JobService without HTTP: the engine's outcomes become job rows and files, failures included."""
+
+import threading
+
+from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
+from pipedit.request import RequestEvent, RequestFailure, RequestStatus
+from pipedit.serve.jobs import JobService
+from pipedit.serve.params import ServiceLimits
+from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.service import open_service
+from pipedit.serve.store import JobStore
+from pipedit.video import read_mp4
+from serve_helpers import wait_for
+
+
+class FailingEngine:
+    """The engine core's interface; every request fails while denoising."""
+
+    def __init__(self):
+        self.listeners, self.outcomes, self.lock = [], {}, threading.Condition()
+
+    def add_listener(self, listener):
+        self.listeners.append(listener)
+        return lambda: self.listeners.remove(listener)
+
+    def submit(self, request):
+        with self.lock:
+            self.outcomes[request.request_id] = RequestFailure(request.request_id, "denoise", RuntimeError("out of memory"))
+            self.lock.notify_all()
+        for status in (RequestStatus.QUEUED, RequestStatus.ENCODING, RequestStatus.FAILED):
+            for listener in list(self.listeners):
+                listener(RequestEvent(request.request_id, status))
+        return request.request_id
+
+    def wait(self, request_id, timeout=None):
+        with self.lock:
+            self.lock.wait_for(lambda: request_id in self.outcomes, timeout)
+            return self.outcomes.pop(request_id)
+
+    def cancel(self, request_id):
+        return False
+
+
+def test_a_failed_generation_is_stored_with_its_error(tmp_path):
+    service = JobService(FailingEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo", GenerationDefaults(),
+                         ServiceLimits())
+    try:
+        video = service.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: service.get(video.id).status == "failed", timeout=10)
+        failed = service.get(video.id)
+        assert failed.error.code == "denoise_failed" and "out of memory" in failed.error.message
+        assert failed.pipedit.stage == "failed" and failed.completed_at is None
+    finally:
+        service.close()
+
+
+def test_open_service_runs_a_job_and_recovers_on_reopen(demo_checkpoint, tmp_path):
+    config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))
+    service = open_service(config, tmp_path)
+    try:
+        params = VideoCreateParams(prompt="a boat", size="48x32", num_frames=5, num_inference_steps=2)
+        video = service.create(params)
+        assert video.model == demo_checkpoint.name and video.pipedit.queue_position == 0
+        wait_for(lambda: service.get(video.id).status == "completed", timeout=60)
+        assert read_mp4(service.content_path(video.id)).shape == (5, 32, 48, 3)
+        assert service.healthy()
+    finally:
+        service.shutdown()
+    assert not service.healthy()
+    reopened = open_service(config, tmp_path)
+    try:
+        assert reopened.get(video.id).status == "completed" and reopened.content_path(video.id).is_file()
+    finally:
+        reopened.shutdown()
