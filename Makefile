@@ -1,10 +1,9 @@
-# Two commands on a fresh machine: `make run` (a demo video) and `make test`.
+# Two commands on a fresh machine: `make run` (the server, with one demo video) and `make test`.
 # Both create .venv and install the pinned CPU stack first (once; re-run when pins change).
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PROMPT ?= a red fox running through fresh snow, cinematic
-OUTPUT ?= outputs/demo.mp4
 
 .PHONY: install run test clean
 
@@ -17,7 +16,7 @@ $(BIN)/pipedit: requirements-cpu.txt pyproject.toml
 install: $(BIN)/pipedit
 
 run: install
-	$(BIN)/pipedit generate --prompt "$(PROMPT)" --output $(OUTPUT)
+	$(BIN)/pipedit serve --config configs/demo-cpu.yaml --demo-prompt "$(PROMPT)"
 
 test: install
 	$(BIN)/python -m pytest -q

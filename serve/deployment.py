@@ -44,10 +44,14 @@ def deployment_options(config: EngineConfig) -> dict:
 @serve.ingress()
 class PipeditServer:
     def __init__(self, config: EngineConfig):
-        from .runtime_glue import start_service
+        from .metrics import EngineMetrics
+        from .service import data_dir_for, limits_for, open_service
 
         self.config = config
-        self.core, self.service = start_service(config)
+        self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
+                                    limits=limits_for(config))
+        engine = self.service.engine
+        engine.add_listener(EngineMetrics(lambda: engine.queue_length))
 
     def __serve_build_asgi_app__(self):
         from .api import build_app
@@ -55,9 +59,10 @@ class PipeditServer:
         return build_app(self.service, api_keys=self.config.serve.api_keys)
 
     def __del__(self):
-        core = getattr(self, "core", None)
-        if core is not None:
-            core.close()
+        # Serve calls this on shutdown: unfinished jobs stay in the store for the next start.
+        service = getattr(self, "service", None)
+        if service is not None:
+            service.shutdown()
 
 
 def build_application(config: EngineConfig):

@@ -125,10 +125,8 @@ class JobService:
         return len(records)
 
     def healthy(self) -> bool:
-        """Whether the engine can take work. EngineCore has no public flag for it yet."""
-        thread = getattr(self.engine, "_thread", None)
-        stopping = getattr(self.engine, "_stopping", False)
-        return not self._closing.is_set() and not stopping and (thread is None or thread.is_alive())
+        """Whether the engine can take work."""
+        return not self._closing.is_set() and self.engine.accepting
 
     def close(self) -> None:
         """Stops listening and collecting; the engine is the caller's to close afterwards. Jobs

@@ -3,6 +3,7 @@ request checks, and recovery of the jobs a previous run left unfinished."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 from pipedit.config import EngineConfig
@@ -19,6 +20,18 @@ DEMO_MODEL_NAME = "hunyuan-video-demo"
 def model_name_for(config: EngineConfig) -> str:
     """The name clients pass as `model`: the checkpoint folder's name, or the demo model's."""
     return Path(config.model.path).name if config.model.path else DEMO_MODEL_NAME
+
+
+def data_dir_for(config: EngineConfig) -> Path:
+    """serve.data_dir, else <pipedit cache>/serve."""
+    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+
+    return Path(config.serve.data_dir) if config.serve.data_dir else default_cache_dir() / "serve"
+
+
+def limits_for(config: EngineConfig) -> ServiceLimits:
+    """The serve section's limits (its fields carry the same names)."""
+    return ServiceLimits(**{f.name: getattr(config.serve, f.name) for f in fields(ServiceLimits)})
 
 
 def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str | None = None,

@@ -54,7 +54,9 @@ def _run_serve(args) -> int:
         _wait_healthy(url)
         print(f"pipedit: serving {url} (OpenAPI at {url}/docs); Ctrl-C stops", flush=True)
         if args.demo_prompt:
-            print(_render(url, args.demo_prompt, config.serve.api_keys), flush=True)
+            from pipedit.serve.service import data_dir_for
+
+            print(_render(url, args.demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:
@@ -92,7 +94,7 @@ def _call(method: str, url: str, keys, body: dict | None = None) -> dict:
         return json.loads(response.read())
 
 
-def _render(url: str, prompt: str, keys) -> str:
+def _render(url: str, prompt: str, keys, data_dir) -> str:
     """Submits one prompt through the API, waits for it, and says where its mp4 is."""
     video = _call("POST", f"{url}/v1/videos", keys, {"prompt": prompt})
     while video["status"] in ("queued", "in_progress"):
@@ -100,4 +102,5 @@ def _render(url: str, prompt: str, keys) -> str:
         video = _call("GET", f"{url}/v1/videos/{video['id']}", keys)
     if video["status"] != "completed":
         return f"pipedit: the demo request ended {video['status']}: {video.get('error')}"
-    return f"pipedit: demo video {video['id']}: {url}/v1/videos/{video['id']}/content"
+    path = (data_dir / "videos" / f"{video['id']}.mp4").resolve()
+    return f"pipedit: demo video {path}\n  also at {url}/v1/videos/{video['id']}/content"

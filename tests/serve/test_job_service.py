@@ -16,6 +16,8 @@ from serve_helpers import wait_for
 class FailingEngine:
     """The engine core's interface; every request fails while denoising."""
 
+    accepting = True
+
     def __init__(self):
         self.listeners, self.outcomes, self.lock = [], {}, threading.Condition()
 

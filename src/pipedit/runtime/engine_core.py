@@ -89,6 +89,11 @@ class EngineCore:
             return self._outcomes.pop(request_id)
 
     @property
+    def accepting(self) -> bool:
+        """Whether submit takes work: the loop runs and close has not begun."""
+        return self._thread.is_alive() and not self._stopping
+
+    @property
     def queue_length(self) -> int:
         with self._lock:
             return len(self._queue)
