@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 # The 3.x line always sends create as multipart/form-data; 2.x sends JSON: both must work.
-VERSIONS = {"openai-3": "openai==3.51.0", "openai-2": "openai==2.26.*"}
+VERSIONS = {"openai-3": "openai==3.51.0", "openai-2": "openai==2.26.0"}
 CLIENT = Path(__file__).with_name("sdk_client.py")
 
 
