@@ -129,3 +129,18 @@ def test_unusable_arguments_exit_2(tmp_path, demo_checkpoint, capsys):
     empty.write_text("# nothing\n\n")
     assert render(empty, tmp_path / "out", demo_checkpoint) == 2
     assert "has no prompts" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_decode_ranks_pipeline_gives_the_single_rank_videos(tmp_path, demo_checkpoint, ray_session):
+    """DeDiVAE across the file's prompts (Ray rank actors) renders what one rank renders."""
+    import numpy as np
+
+    prompts = write_jsonl(tmp_path / "prompts.jsonl", [LINES[0], LINES[2], LINES[3]])
+    assert render(prompts, tmp_path / "one", demo_checkpoint) == 0
+    assert render(prompts, tmp_path / "split", demo_checkpoint, "--decode-ranks", "1") == 0
+    names = [entry["file"] for entry in read_manifest(tmp_path / "split")]
+    assert len(names) == 3
+    for name in names:
+        a, b = read_mp4(tmp_path / "one" / name), read_mp4(tmp_path / "split" / name)
+        assert a.shape == b.shape and np.abs(a.astype(int) - b.astype(int)).max() <= 2, name

@@ -64,6 +64,7 @@ class Batch:
         else:
             self._record(line, manifest.entry_for(line, "failed", error=error), "failed")
         self._save()
+        self.bar.set_postfix_str(f"{line.name} {self.outcome[line.name]}", refresh=False)
         self.bar.update(1)
 
     # -- internals --------------------------------------------------------------------------
