@@ -60,3 +60,19 @@ def test_unreachable_endpoint_is_a_user_error(tmp_path, capsys):
     prompts = write_jsonl(tmp_path / "prompts.jsonl", [LINES[0]])
     code = main(["render", str(prompts), "--out-dir", str(tmp_path / "out"), "--endpoint", "http://127.0.0.1:9"])
     assert code == 2 and "cannot reach" in capsys.readouterr().err
+
+
+def test_api_key_is_sent_and_a_refusal_fails_the_lines(tmp_path, demo_checkpoint, capsys):
+    from serve_helpers import start
+
+    running = start(demo_checkpoint, tmp_path / "data", api_keys=("secret",))
+    try:
+        prompts = write_jsonl(tmp_path / "prompts.jsonl", [LINES[3]])
+        args = ["render", str(prompts), "--endpoint", running.url]
+        assert main([*args, "--out-dir", str(tmp_path / "nokey")]) == 1
+        (entry,) = read_manifest(tmp_path / "nokey")
+        assert entry["status"] == "failed" and "401" in entry["error"]
+        assert main([*args, "--out-dir", str(tmp_path / "key"), "--api-key", "secret"]) == 0
+        assert read_mp4(tmp_path / "key" / "sky.mp4").shape == (1, 32, 32, 3)
+    finally:
+        running.close()

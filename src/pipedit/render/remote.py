@@ -20,6 +20,7 @@ from .prompts import RenderLine
 
 POLL_S = 0.2
 TIMEOUT_S = 60
+UNREACHABLE_POLLS = 50  # consecutive failed polls (about 10 s) before a job counts as lost
 
 
 class ApiFailure(Exception):
@@ -44,6 +45,7 @@ class RemoteRunner:
     def __init__(self, endpoint: str, api_key: str | None = None, max_in_flight: int = 4):
         self.base = endpoint.rstrip("/")
         self.api_key, self.max_in_flight = api_key, max_in_flight
+        self._misses: dict[str, int] = {}  # video id -> polls in a row that reached no server
 
     def __call__(self, lines: list[RenderLine], out_dir: Path, batch: Batch) -> None:
         self._check_reachable()
@@ -75,8 +77,13 @@ class RemoteRunner:
                                latency_s=time.perf_counter() - began)
                 return True
         except ApiFailure as error:
+            # A server restarting keeps its jobs (they live in its store): wait for it a while.
+            misses = self._misses[video_id] = self._misses.get(video_id, 0) + 1
+            if error.status == 0 and misses < UNREACHABLE_POLLS:
+                return False
             batch.finished(line, error=f"job {video_id}: {error}")
             return True
+        self._misses.pop(video_id, None)
         if video["status"] in ("failed", "cancelled"):
             message = (video.get("error") or {}).get("message", video["status"])
             batch.finished(line, error=f"job {video_id} {video['status']}: {message}")
