@@ -88,12 +88,14 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench_cli import add_bench_parser
     from .check_node_cli import add_check_node_parser
     from .env_cli import add_env_parser
+    from .render.cli import add_render_parser
     from .serve_cli import add_serve_parser
 
     add_serve_parser(sub)
     add_bench_parser(sub)
     add_check_node_parser(sub)
     add_env_parser(sub)
+    add_render_parser(sub)
     return parser
 
 

@@ -1,0 +1,1 @@
+"""`pipedit render`: a prompts file to a folder of mp4s, resumable, with a manifest."""

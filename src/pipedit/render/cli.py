@@ -1,0 +1,77 @@
+"""`pipedit render PROMPTS --out-dir DIR`: the parser and the command."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..errors import UserInputError
+
+DEFAULT_MAX_IN_FLIGHT = 4
+
+
+def add_render_parser(sub) -> None:
+    from ..cli import _chunk, _int, add_pipeline_flags
+
+    p = sub.add_parser("render", help="render every prompt of a JSONL or text file (resumable)")
+    p.add_argument("prompts", help="prompts file: JSONL (one object per line) or plain text (one prompt per line)")
+    p.add_argument("--out-dir", required=True, help="folder for the mp4s and manifest.jsonl")
+    p.add_argument("--endpoint", help="URL of a running `pipedit serve` (default: render in this process)")
+    p.add_argument("--api-key", help="Bearer key for --endpoint")
+    p.add_argument("--max-in-flight", type=_int, default=DEFAULT_MAX_IN_FLIGHT,
+                   help=f"jobs submitted to --endpoint at once (default {DEFAULT_MAX_IN_FLIGHT})")
+    p.add_argument("--model-path", help="diffusers-layout checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
+    p.add_argument("--height", type=_int)
+    p.add_argument("--width", type=_int)
+    p.add_argument("--num-frames", type=_int)
+    p.add_argument("--steps", type=_int, help="denoising steps")
+    p.add_argument("--guidance-scale", type=float)
+    p.add_argument("--seed", type=_int, help="seed for lines that give none (default 0)")
+    p.add_argument("--fps", type=_int)
+    p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
+    p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
+    p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.add_argument("--vae-tiling", choices=("auto", "on", "off"))
+    add_pipeline_flags(p)
+    p.set_defaults(run=run_render)
+
+
+def engine_config(args):
+    from ..cli import pipeline_overrides
+    from ..config import EngineConfig, load_config
+
+    config = load_config(args.config) if args.config else EngineConfig()
+    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
+    config = pipeline_overrides(config, args)
+    return config.with_overrides(
+        "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
+        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+    )
+
+
+def run_render(args) -> int:
+    from .batch import Batch
+    from .prompts import read_lines
+
+    prompts, out_dir = Path(args.prompts), Path(args.out_dir)
+    if not prompts.is_file():
+        raise UserInputError(f"prompts file {prompts} does not exist; give a .jsonl or .txt file")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UserInputError(f"--out-dir {out_dir} is a file; give a folder (it is created if missing)")
+    if args.max_in_flight < 1:
+        raise UserInputError(f"--max-in-flight must be at least 1, got {args.max_in_flight}")
+    config = engine_config(args)
+    if args.endpoint:
+        from .remote import RemoteRunner, model_identity
+
+        runner = RemoteRunner(args.endpoint, args.api_key, args.max_in_flight)
+        lines = read_lines(prompts, config.generation, model_identity(args.endpoint))
+    else:
+        from .local import LocalRunner, model_identity, shape_validator
+
+        runner = LocalRunner(config)
+        lines = read_lines(prompts, config.generation, model_identity(config), shape_validator(config))
+    if not lines:
+        raise UserInputError(f"prompts file {prompts} has no prompts (blank lines and # comments are skipped)")
+    return Batch(lines, out_dir).run(runner)

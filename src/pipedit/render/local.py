@@ -1,0 +1,103 @@
+"""Rendering in this process: the engine core on the configured ranks.
+
+Every pending line is submitted up front, so the scheduler pipelines across the whole file
+(DeDiVAE: line k decodes while line k+1 denoises). Outcomes arrive on the engine's loop
+thread and are handed to the calling thread through a queue; only the calling thread writes
+files and touches the batch (see batch.py).
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from pathlib import Path
+
+from ..adapter import VideoShape
+from ..config import EngineConfig
+from ..errors import UserInputError
+from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest
+from ..video import write_mp4
+from .batch import Batch
+from .prompts import RenderLine, Validator
+
+PROGRESS_EVERY_S = 0.2
+
+
+def model_identity(config: EngineConfig) -> str:
+    """The model part of a line's key: the checkpoint's absolute path, or the demo model."""
+    return str(Path(config.model.path).resolve()) if config.model.path else "pipedit-demo"
+
+
+def shape_validator(config: EngineConfig) -> Validator:
+    """The model adapter's own checks, from its configs only (no weights are loaded)."""
+    from ..adapter import adapter_class_for
+    from ..runtime.engine import resolve_model_path
+
+    path = str(resolve_model_path(config.model.path))
+    adapter = adapter_class_for(path).from_pretrained(path, parts=frozenset())
+
+    def check(settings: dict) -> None:
+        adapter.validate(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"])
+
+    return check
+
+
+def request_for(line: RenderLine) -> VideoRequest:
+    s = line.settings
+    return VideoRequest(prompt=s["prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
+                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"])
+
+
+class LocalRunner:
+    def __init__(self, config: EngineConfig):
+        self.config = config
+
+    def __call__(self, lines: list[RenderLine], out_dir: Path, batch: Batch) -> None:
+        from ..runtime.engine_core import EngineCore
+
+        outcomes: queue.Queue = queue.Queue()
+        latest: dict[str, RequestEvent] = {}  # request id -> its newest event (written by the loop thread)
+        started: dict[str, float] = {}
+        lock = threading.Lock()
+
+        def listen(event: RequestEvent) -> None:
+            with lock:
+                latest[event.request_id] = event
+                if event.status is RequestStatus.ENCODING:
+                    started.setdefault(event.request_id, time.perf_counter())
+
+        with EngineCore.from_config(self.config, on_outcome=outcomes.put) as core:
+            core.add_listener(listen)
+            by_id: dict[str, RenderLine] = {}
+            for line in lines:
+                try:
+                    by_id[core.submit(request_for(line))] = line
+                except UserInputError as error:
+                    batch.finished(line, error=str(error))
+            submitted = time.perf_counter()
+            while by_id:
+                try:
+                    outcome = outcomes.get(timeout=PROGRESS_EVERY_S)
+                except queue.Empty:
+                    self._show_step(batch, by_id, latest, lock)
+                    continue
+                line = by_id.pop(outcome.request_id)
+                with lock:
+                    began = started.get(outcome.request_id, submitted)
+                self._finish(batch, line, outcome, out_dir, began)
+
+    @staticmethod
+    def _show_step(batch: Batch, by_id: dict, latest: dict, lock: threading.Lock) -> None:
+        with lock:
+            denoising = [e for e in latest.values() if e.status is RequestStatus.DENOISING and e.request_id in by_id]
+        if denoising:
+            event = max(denoising, key=lambda e: e.at)
+            batch.step(by_id[event.request_id], event.step, event.total_steps)
+
+    def _finish(self, batch: Batch, line: RenderLine, outcome, out_dir: Path, began: float) -> None:
+        if isinstance(outcome, RequestFailure):
+            batch.finished(line, error=outcome.message)
+            return
+        write_mp4(outcome.frames, out_dir / line.file_name, fps=line.settings["fps"])
+        batch.finished(line, timings=outcome.timings, latency_s=time.perf_counter() - began)

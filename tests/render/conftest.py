@@ -1,0 +1,24 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+from render_helpers import SubmitCounter
+
+# The serving tests' helpers start a real server in-process; reuse them rather than copy them.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
+
+
+@pytest.fixture
+def submits(monkeypatch):
+    """Records the prompt of every request submitted to an in-process engine."""
+    from pipedit.runtime.engine_core import EngineCore
+
+    counter, original = SubmitCounter(), EngineCore.submit
+
+    def counting(self, request):
+        counter.prompts.append(request.prompt)
+        return original(self, request)
+
+    monkeypatch.setattr(EngineCore, "submit", counting)
+    return counter
