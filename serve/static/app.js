@@ -52,14 +52,15 @@ function fillForm(opts) {
     Object.assign(input, { min: opts.size_multiple, max: opts.max_side, step: opts.size_multiple });
     input.value = id === "width" ? d.width : d.height;
   }
-  $("size-hint").textContent = `multiples of ${opts.size_multiple}, up to ${opts.max_side}`;
+  const step = opts.frame_counts.length > 1 ? opts.frame_counts[1] - opts.frame_counts[0] : 1;
+  $("limits-hint").textContent = `Width and height: multiples of ${opts.size_multiple} up to ${opts.max_side}. ` +
+    `Frames: ${step}k+1 up to ${opts.max_frames}. Steps: 1 to ${opts.max_steps}.`;
   const frames = $("num_frames");
   frames.replaceChildren(...opts.frame_counts.map((count) => {
     const seconds = (count / d.fps).toFixed(2);
-    return new Option(`${count} (${seconds} s at ${d.fps} fps)`, count, false, count === d.num_frames);
+    return new Option(`${count} · ${seconds} s`, count, false, count === d.num_frames);
   }));
   Object.assign($("steps"), { max: opts.max_steps, value: d.num_inference_steps });
-  $("steps-hint").textContent = `1 to ${opts.max_steps}`;
   $("seed").value = d.seed;
   $("prompt").maxLength = opts.max_prompt_chars;
   $("key-field").hidden = !opts.api_key_required;

@@ -15,3 +15,13 @@ def server(demo_checkpoint, tmp_path_factory):
     running = start(demo_checkpoint, tmp_path_factory.mktemp("data"))
     yield running
     running.close()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    """Headless Chromium (skips without it: see page_driver.INSTALL)."""
+    from page_driver import launch
+
+    driver = launch()
+    yield driver
+    driver.quit()
