@@ -78,3 +78,30 @@ def _screenshot(driver, tmp_path):
     wanted = os.environ.get("PIPEDIT_PAGE_SCREENSHOT")
     if wanted:
         shutil.copyfile(path, wanted)
+
+
+def test_a_failed_job_shows_its_error(browser, tmp_path):
+    from pipedit.config import GenerationDefaults
+    from pipedit.serve.api import build_app
+    from pipedit.serve.jobs import JobService
+    from pipedit.serve.store import JobStore
+    from serve_helpers import serve_in_thread
+    from test_job_service import FailingEngine  # every request fails while denoising: "out of memory"
+
+    service = JobService(FailingEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",
+                         GenerationDefaults(height=64, width=64, num_frames=5, steps=2))
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        open_page(browser, url)
+        generate(browser, "too big to fit", 64, 64, 5, 2, 0)
+        item = job_item(browser, "too big to fit")
+        wait(browser, lambda d: status(item) == "failed", 30, "the job shown failed")
+        shown = item.find_element("css selector", ".job-error")
+        assert shown.is_displayed() and shown.text.startswith("Error: ") and shown.text.endswith("out of memory")
+        assert shown.text == "Error: " + call("GET", f"{url}/v1/videos/{item.get_attribute('data-id')}").json()[
+            "error"]["message"]
+        assert not item.find_element("css selector", "button.cancel").is_displayed()
+        assert item.find_elements("css selector", "video") == []
+    finally:
+        stop()
+        service.close()
