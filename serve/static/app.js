@@ -277,6 +277,8 @@ function remove(id) {
   jobs.delete(id);
   saveJobs();
   const item = document.querySelector(`li.job[data-id="${CSS.escape(id)}"]`);
+  const video = item && item.querySelector("video");
+  if (video && video.src.startsWith("blob:")) URL.revokeObjectURL(video.src);
   if (item) item.remove();
   $("empty").hidden = jobs.size > 0;
 }
