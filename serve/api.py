@@ -17,6 +17,7 @@ from .errors import ApiError
 from .http_errors import bearer_check, install_error_handlers
 from .jobs import JobService
 from .schemas import FINAL_STATUSES, ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
+from .web import add_web_page
 
 KEEPALIVE_S = 15.0
 EVENT_POLL_S = 0.1  # how often the event stream looks at the job; the store is the truth across processes
@@ -39,6 +40,7 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -
         body = ApiError(503, "the engine cannot take work", type="server_error", code="engine_unavailable")
         return JSONResponse(body.body(), status_code=503)
 
+    add_web_page(app, service, tuple(api_keys))
     return app
 
 

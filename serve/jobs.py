@@ -124,6 +124,24 @@ class JobService:
             self._submit(record)
         return len(records)
 
+    def options(self) -> dict:
+        """What a create request may ask for: the model, its defaults and the allowed values."""
+        model = getattr(self._validate, "__self__", None)  # the adapter, when validate is its method
+        d, limits = self.defaults, self.limits
+        return {
+            "model": self.model_name,
+            "defaults": {"width": d.width, "height": d.height, "num_frames": d.num_frames, "fps": d.fps,
+                         "num_inference_steps": d.steps, "guidance_scale": d.guidance_scale, "seed": d.seed},
+            "size_multiple": int(getattr(model, "size_multiple", 1)),
+            "max_side": limits.max_side,
+            "frame_counts": list(range(1, limits.max_frames + 1, int(getattr(model, "temporal_ratio", 1)))),
+            "max_frames": limits.max_frames,
+            "max_steps": limits.max_steps,
+            "max_fps": limits.max_fps,
+            "max_guidance_scale": limits.max_guidance_scale,
+            "max_prompt_chars": limits.max_prompt_chars,
+        }
+
     def healthy(self) -> bool:
         """Whether the engine can take work."""
         return not self._closing.is_set() and self.engine.accepting

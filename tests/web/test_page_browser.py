@@ -1,0 +1,107 @@
+"""The page in headless Chromium against a real server on the demo model: generate a video and
+watch it progress and play, cancel a long one, and find both again after a reload. Skips without
+chromium and chromedriver. Set PIPEDIT_PAGE_SCREENSHOT=path.png to keep a screenshot of the page
+with both jobs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from page_driver import VIDEO_LOADED, WATCH, generate, job_item, open_page, status, wait
+from serve_helpers import call
+
+
+def test_generate_watch_play_then_cancel_and_reload(server, browser, tmp_path):
+    open_page(browser, server.url)
+    assert browser.find_element("id", "model-name").text == "hunyuan-demo"
+    assert "5 · 0.21 s" in browser.find_element("id", "num_frames").text
+    browser.execute_script(WATCH)
+
+    generate(browser, "a lighthouse at dusk", 64, 64, 5, 12, 7)
+    done = job_item(browser, "a lighthouse at dusk")
+    wait(browser, lambda d: status(done) == "completed", 90, "the first job to complete")
+    video_id = done.get_attribute("data-id")
+    progress = [float(v) for v in browser.execute_script("return window.seenProgress")]
+    stages = list(dict.fromkeys(browser.execute_script("return window.seenStages")))
+    assert any(s.startswith("Denoising: step") for s in stages), stages
+    assert stages[-1] == "Completed" and len(stages) >= 3, stages
+    assert max(progress) > min(progress) and progress == sorted(progress), progress
+    wait(browser, lambda d: d.execute_script(VIDEO_LOADED, video_id), 30, "the <video> to load the mp4")
+    link = done.find_element("css selector", "a.download")
+    assert link.get_attribute("href").endswith(f"/v1/videos/{video_id}/content") and link.text == "Download mp4"
+    assert "64x64 · 5 frames · 12 steps · seed 7" in done.find_element("css selector", ".job-meta").text
+    urls = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert f"{server.url}/v1/videos/{video_id}/events" in urls, urls  # followed by server-sent events
+
+    # 100 steps of 128x128x17 run for seconds on the demo model: long enough to cancel mid-way.
+    generate(browser, "a very long render", 128, 128, 17, 100, 1)
+    long_job = job_item(browser, "a very long render")
+    wait(browser, lambda d: long_job.find_element("css selector", ".job-stage").text.startswith("Denoising: step"),
+         60, "the long job to run")
+    long_id = long_job.get_attribute("data-id")
+    cancel = long_job.find_element("css selector", "button.cancel")
+    assert cancel.is_displayed() and cancel.get_attribute("aria-label") == 'Cancel "a very long render"'
+    cancel.click()
+    wait(browser, lambda d: status(long_job) == "cancelled", 30, "the job shown cancelled")
+    assert long_job.find_element("css selector", ".badge").text.lower() == "cancelled"
+    assert not long_job.find_element("css selector", "button.cancel").is_displayed()
+    assert call("GET", f"{server.url}/v1/videos/{long_id}").status == 404
+    assert server.service.store.get(long_id) is None
+    assert call("GET", f"{server.url}/v1/videos/{video_id}").json()["status"] == "completed"
+
+    _screenshot(browser, tmp_path)
+
+    browser.refresh()  # the list comes back from localStorage, checked against the server
+    open_page(browser, server.url)
+    again = {item.get_attribute("data-id"): item for item in browser.find_elements("css selector", "li.job")}
+    assert set(again) == {video_id, long_id}
+    assert status(again[long_id]) == "cancelled"
+    wait(browser, lambda d: status(again[video_id]) == "completed", 20, "the completed job after reload")
+    wait(browser, lambda d: d.execute_script(VIDEO_LOADED, video_id), 30, "the video after reload")
+
+
+def test_a_rejected_request_shows_the_servers_message(server, browser):
+    open_page(browser, server.url)
+    before = len(browser.find_elements("css selector", "li.job"))
+    browser.execute_script("document.getElementById('width').step = 'any'")  # let 70 past the form's own check
+    generate(browser, "an odd size", 70, 64, 5, 2, 0)
+    message = wait(browser, lambda d: d.find_element("id", "form-error").text, 20, "the error message")
+    assert "multiples of 16" in message
+    assert len(browser.find_elements("css selector", "li.job")) == before
+
+
+def _screenshot(driver, tmp_path):
+    path = tmp_path / "page.png"
+    assert driver.save_screenshot(str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    wanted = os.environ.get("PIPEDIT_PAGE_SCREENSHOT")
+    if wanted:
+        shutil.copyfile(path, wanted)
+
+
+def test_a_failed_job_shows_its_error(browser, tmp_path):
+    from pipedit.config import GenerationDefaults
+    from pipedit.serve.api import build_app
+    from pipedit.serve.jobs import JobService
+    from pipedit.serve.store import JobStore
+    from serve_helpers import serve_in_thread
+    from test_job_service import FailingEngine  # every request fails while denoising: "out of memory"
+
+    service = JobService(FailingEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",
+                         GenerationDefaults(height=64, width=64, num_frames=5, steps=2))
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        open_page(browser, url)
+        generate(browser, "too big to fit", 64, 64, 5, 2, 0)
+        item = job_item(browser, "too big to fit")
+        wait(browser, lambda d: status(item) == "failed", 30, "the job shown failed")
+        shown = item.find_element("css selector", ".job-error")
+        assert shown.is_displayed() and shown.text.startswith("Error: ") and shown.text.endswith("out of memory")
+        assert shown.text == "Error: " + call("GET", f"{url}/v1/videos/{item.get_attribute('data-id')}").json()[
+            "error"]["message"]
+        assert not item.find_element("css selector", "button.cancel").is_displayed()
+        assert item.find_elements("css selector", "video") == []
+    finally:
+        stop()
+        service.close()
