@@ -45,7 +45,7 @@ class JobService:
                  defaults: GenerationDefaults = GenerationDefaults(), limits: ServiceLimits = ServiceLimits(),
                  validate: ShapeValidator | None = None):
         """`engine` must be built without on_outcome: the service takes outcomes with engine.wait.
-        `validate(VideoShape, steps)` is the model's own check (see params.adapter_validator)."""
+        `validate(VideoShape, steps)` is the model's own check (see pipedit.adapter.shape_validator)."""
         self.engine, self.store, self.model_name = engine, store, model_name
         self.defaults, self.limits, self._validate = defaults, limits, validate
         self.videos_dir = Path(data_dir) / "videos"

@@ -139,11 +139,3 @@ def _check_shape(validate: ShapeValidator | None, shape: VideoShape, steps: int)
         message = str(error)
         param = "num_frames" if "num_frames" in message else "size" if "width" in message else None
         raise invalid(message, param, "unsupported_shape") from error
-
-
-def adapter_validator(model_path: str) -> ShapeValidator:
-    """The model adapter's own `validate`, from its configs only (no weights are loaded)."""
-    from pipedit.adapter import adapter_class_for
-
-    adapter = adapter_class_for(model_path).from_pretrained(model_path, parts=frozenset())
-    return adapter.validate

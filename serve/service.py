@@ -6,12 +6,13 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig
 from pipedit.runtime.engine import resolve_model_path
 from pipedit.runtime.engine_core import EngineCore
 
 from .jobs import JobService
-from .params import ServiceLimits, adapter_validator
+from .params import ServiceLimits
 from .store import JobStore
 
 DEMO_MODEL_NAME = "hunyuan-video-demo"
@@ -42,6 +43,6 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     store = JobStore(database_url) if database_url else JobStore.in_folder(data_dir)
     engine = EngineCore.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
-                         limits, validate=adapter_validator(model_path))
+                         limits, validate=shape_validator(model_path))
     service.recover()
     return service

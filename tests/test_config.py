@@ -40,23 +40,23 @@ def test_bad_config_files(tmp_path, text, message):
 
 
 def test_generate_reads_a_config_file(demo_checkpoint, tmp_path):
-    from pipedit.cli import build_parser, _engine_config
+    from pipedit.cli import build_parser, engine_config
 
     file = tmp_path / "c.yaml"
     file.write_text(f"model: {{path: {demo_checkpoint}}}\ngeneration: {{steps: 4, seed: 9}}\n")
     args = build_parser().parse_args(["generate", "--prompt", "p", "--output", "o.mp4", "--config", str(file), "--seed", "5"])
-    config = _engine_config(args)
+    config = engine_config(args)
     assert config.model.path == str(demo_checkpoint)
     assert (config.generation.steps, config.generation.seed) == (4, 5)
     assert config.parallel == ParallelConfig()
 
 
 def test_vae_tiling_from_file_and_flag(tmp_path):
-    from pipedit.cli import build_parser, _engine_config
+    from pipedit.cli import build_parser, engine_config
 
     assert EngineConfig().model.vae_tiling == "auto"
     file = tmp_path / "c.yaml"
     file.write_text("model: {vae_tiling: 'on'}\n")
     argv = ["generate", "--prompt", "p", "--output", "o.mp4", "--config", str(file)]
-    assert _engine_config(build_parser().parse_args(argv)).model.vae_tiling == "on"
-    assert _engine_config(build_parser().parse_args([*argv, "--vae-tiling", "off"])).model.vae_tiling == "off"
+    assert engine_config(build_parser().parse_args(argv)).model.vae_tiling == "on"
+    assert engine_config(build_parser().parse_args([*argv, "--vae-tiling", "off"])).model.vae_tiling == "off"

@@ -132,12 +132,16 @@ def default_cache_dir() -> Path:
     return Path(root)
 
 
-def ensure_demo_checkpoint() -> Path:
-    """The embedded default model: built once into the cache folder, reused afterwards."""
-    path = default_cache_dir() / DEMO_VERSION
+def ensure_written(path: Path, write: Callable[[Path], Any]) -> Path:
+    """`path` holding a checkpoint: written by `write(path)` the first time, reused afterwards."""
     if not (path / "model_index.json").exists():
         try:
-            write_demo_checkpoint(path)
+            write(path)
         except FileExistsError:  # another process finished it first
             pass
     return path
+
+
+def ensure_demo_checkpoint() -> Path:
+    """The embedded default model: built once into the cache folder, reused afterwards."""
+    return ensure_written(default_cache_dir() / DEMO_VERSION, write_demo_checkpoint)

@@ -44,12 +44,6 @@ def write_preset(directory: str | os.PathLike, name: str = DEFAULT_PRESET) -> Pa
 
 def ensure_preset(name: str) -> Path:
     """Preset `name` in the pipedit cache folder, written the first time it is asked for."""
-    from .demo_checkpoint import default_cache_dir
+    from .demo_checkpoint import default_cache_dir, ensure_written
 
-    path = default_cache_dir() / name
-    if not (path / "model_index.json").exists():
-        try:
-            write_preset(path, name)
-        except FileExistsError:  # another process finished it first
-            pass
-    return path
+    return ensure_written(default_cache_dir() / name, lambda path: write_preset(path, name))

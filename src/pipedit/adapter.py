@@ -117,3 +117,9 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
                  dtype: torch.dtype | None = None, vae_tiling: str = "auto") -> ModelAdapter:
     return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
                                                    vae_tiling=vae_tiling)
+
+
+def shape_validator(path: str | Path):
+    """The model's own `validate(VideoShape, steps)`, from its configs only (no weights load):
+    what the server and the batch renderer check requests with before the engine sees them."""
+    return adapter_class_for(path).from_pretrained(path, parts=frozenset()).validate

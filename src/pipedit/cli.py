@@ -36,6 +36,14 @@ def _chunk(text: str) -> int | str:
 def _add_generate(sub) -> None:
     p = sub.add_parser("generate", help="generate one video from a prompt")
     p.add_argument("--prompt", required=True, help="text describing the video")
+    p.add_argument("--output", required=True, help="path of the mp4 to write")
+    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
+    add_engine_flags(p, seed_help="seed of the CPU torch.Generator that draws the initial noise")
+    p.set_defaults(run=_run_generate)
+
+
+def add_engine_flags(p, seed_help: str) -> None:
+    """Model, generation and parallel flags, shared by generate and render (see engine_config)."""
     p.add_argument("--model-path", help="diffusers-layout checkpoint folder (default: the embedded demo model)")
     p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
     p.add_argument("--height", type=_int)
@@ -43,17 +51,14 @@ def _add_generate(sub) -> None:
     p.add_argument("--num-frames", type=_int)
     p.add_argument("--steps", type=_int, help="denoising steps")
     p.add_argument("--guidance-scale", type=float, help="embedded guidance scale (HunyuanVideo default 6.0)")
-    p.add_argument("--seed", type=int, help="seed of the CPU torch.Generator that draws the initial noise")
+    p.add_argument("--seed", type=_int, help=seed_help)
     p.add_argument("--fps", type=_int)
-    p.add_argument("--output", required=True, help="path of the mp4 to write")
-    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
     p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_pipeline_flags(p)
-    p.set_defaults(run=_run_generate)
 
 
 def _decode_ranks(text: str) -> int | str:
@@ -99,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _engine_config(args):
+def engine_config(args):
+    """The EngineConfig of add_engine_flags' flags: the --config file, flags override it."""
     from .config import EngineConfig, load_config
 
     config = load_config(args.config) if args.config else EngineConfig()
@@ -122,7 +128,7 @@ def pipeline_overrides(config, args):
 def _run_generate(args) -> int:
     from .generate import generate_to_file
 
-    config = _engine_config(args)
+    config = engine_config(args)
     output = generate_to_file(config, args.prompt, Path(args.output), args.save_latents)
     print(output.resolve())
     return 0

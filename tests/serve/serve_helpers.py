@@ -17,7 +17,8 @@ from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.runtime.engine_core import EngineCore
 from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits, adapter_validator
+from pipedit.adapter import shape_validator
+from pipedit.serve.params import ServiceLimits
 from pipedit.serve.store import JobStore
 
 MODEL = "hunyuan-demo"
@@ -43,7 +44,7 @@ def start(checkpoint: Path, data_dir: Path, limits: ServiceLimits = ServiceLimit
     engine = EngineCore.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
     defaults = GenerationDefaults(height=64, width=64, num_frames=5, steps=2)
     service = JobService(engine, JobStore.in_folder(data_dir), data_dir, MODEL, defaults, limits,
-                         validate=adapter_validator(str(checkpoint)))
+                         validate=shape_validator(str(checkpoint)))
     if recover:
         service.recover()
     url, stop = serve_in_thread(build_app(service, api_keys))

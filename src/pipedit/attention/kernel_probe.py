@@ -8,13 +8,14 @@ its result is compared with float32 reference math. A status is "ok", "not insta
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import warnings
 from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+
+from pipedit.attention.kernels import load_backend
 
 SHAPE = (1, 64, 2, 64)
 # bfloat16 against float32 math on unit-variance inputs: well above rounding, far below a wrong result.
@@ -29,18 +30,10 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
-def _flash() -> Attend:
-    return importlib.import_module("flash_attn").flash_attn_func
-
-
-def _xformers() -> Attend:
-    return importlib.import_module("xformers.ops").memory_efficient_attention
-
-
 # AttentionKernel backend name -> (module that must be importable, loader of the callable, CUDA only)
 KERNELS: dict[str, tuple[str, Callable[[], Attend], bool]] = {
-    "flash": ("flash_attn", _flash, True),
-    "xformers": ("xformers", _xformers, True),
+    "flash": ("flash_attn", lambda: load_backend("flash"), True),
+    "xformers": ("xformers", lambda: load_backend("xformers"), True),
     "sdpa": ("torch", lambda: _sdpa, False),
 }
 # torch SDPA backend -> (torch.nn.attention.SDPBackend member, its torch.backends.cuda switch, CUDA only)

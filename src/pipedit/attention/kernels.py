@@ -72,13 +72,18 @@ class AttentionKernel:
         return self._probed[name]
 
 
+def load_backend(name: str) -> Callable[..., torch.Tensor]:
+    """The optional kernel `name` ("flash" or "xformers"); both take [B, S, H, D] directly.
+    Raises whatever importing it raises."""
+    if name == "flash":
+        return importlib.import_module("flash_attn").flash_attn_func
+    xops: Any = importlib.import_module("xformers.ops")
+    return xops.memory_efficient_attention
+
+
 def _load_optional(name: str) -> Callable[..., torch.Tensor] | None:
-    # Both packages take [B, S, H, D] directly. Import errors mean "not available".
     try:
-        if name == "flash":
-            return importlib.import_module("flash_attn").flash_attn_func
-        xops: Any = importlib.import_module("xformers.ops")
-        return xops.memory_efficient_attention
+        return load_backend(name)
     except Exception:  # noqa: BLE001 - broken optional installs count as absent
         return None
 

@@ -10,7 +10,7 @@ DEFAULT_MAX_IN_FLIGHT = 4
 
 
 def add_render_parser(sub) -> None:
-    from ..cli import _chunk, _int, add_pipeline_flags
+    from ..cli import _int, add_engine_flags
 
     p = sub.add_parser("render", help="render every prompt of a JSONL or text file (resumable)")
     p.add_argument("prompts", help="prompts file: JSONL (one object per line) or plain text (one prompt per line)")
@@ -19,38 +19,12 @@ def add_render_parser(sub) -> None:
     p.add_argument("--api-key", help="Bearer key for --endpoint")
     p.add_argument("--max-in-flight", type=_int, default=DEFAULT_MAX_IN_FLIGHT,
                    help=f"jobs submitted to --endpoint at once (default {DEFAULT_MAX_IN_FLIGHT})")
-    p.add_argument("--model-path", help="diffusers-layout checkpoint folder (default: the embedded demo model)")
-    p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
-    p.add_argument("--height", type=_int)
-    p.add_argument("--width", type=_int)
-    p.add_argument("--num-frames", type=_int)
-    p.add_argument("--steps", type=_int, help="denoising steps")
-    p.add_argument("--guidance-scale", type=float)
-    p.add_argument("--seed", type=_int, help="seed for lines that give none (default 0)")
-    p.add_argument("--fps", type=_int)
-    p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
-    p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
-    p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
-    p.add_argument("--vae-tiling", choices=("auto", "on", "off"))
-    add_pipeline_flags(p)
+    add_engine_flags(p, seed_help="seed for lines that give none (default 0)")
     p.set_defaults(run=run_render)
 
 
-def engine_config(args):
-    from ..cli import pipeline_overrides
-    from ..config import EngineConfig, load_config
-
-    config = load_config(args.config) if args.config else EngineConfig()
-    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling)
-    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
-    config = pipeline_overrides(config, args)
-    return config.with_overrides(
-        "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
-        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
-    )
-
-
 def run_render(args) -> int:
+    from ..cli import engine_config
     from .batch import Batch
     from .prompts import read_lines
 

@@ -30,15 +30,14 @@ def model_identity(config: EngineConfig) -> str:
 
 
 def shape_validator(config: EngineConfig) -> Validator:
-    """The model adapter's own checks, from its configs only (no weights are loaded)."""
-    from ..adapter import adapter_class_for
+    """The model adapter's own checks on a line's resolved settings (no weights are loaded)."""
+    from ..adapter import shape_validator as model_validator
     from ..runtime.engine import resolve_model_path
 
-    path = str(resolve_model_path(config.model.path))
-    adapter = adapter_class_for(path).from_pretrained(path, parts=frozenset())
+    validate = model_validator(resolve_model_path(config.model.path))
 
     def check(settings: dict) -> None:
-        adapter.validate(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"])
+        validate(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"])
 
     return check
 
