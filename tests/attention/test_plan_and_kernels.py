@@ -126,7 +126,15 @@ def test_explicit_path_blocks_the_queries(monkeypatch) -> None:
     mask = torch.rand(2, 7) > 0.3
     whole = explicit_attention_lse(q, k, v, mask)
     monkeypatch.setattr(kernels, "EXPLICIT_BLOCK_ELEMENTS", 2 * 3 * 7 * 2)  # two query rows per block
+    blocks, logsumexp = [], torch.logsumexp
+
+    def counted(scores, dim):
+        blocks.append(scores.shape[2])
+        return logsumexp(scores, dim=dim)
+
+    monkeypatch.setattr(torch, "logsumexp", counted)
     blocked = explicit_attention_lse(q, k, v, mask)
+    assert blocks == [2, 2, 2, 1]  # never more than two query rows of scores at once
     # Rows are independent; only the matmul's blocking may differ: float rounding.
     assert torch.allclose(blocked[0], whole[0], atol=1e-6) and torch.allclose(blocked[1], whole[1], atol=1e-6)
 
