@@ -35,8 +35,9 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -
 
     @app.get("/healthz", responses={503: {"model": ErrorBody}})
     def healthz():
-        if service.healthy():
-            return {"status": "ok"}
+        status, reason = service.health()
+        if status != "down":  # degraded: a rank group rebuild is under way; jobs still queue
+            return {"status": status, **({"reason": reason} if reason else {})}
         body = ApiError(503, "the engine cannot take work", type="server_error", code="engine_unavailable")
         return JSONResponse(body.body(), status_code=503)
 

@@ -146,6 +146,13 @@ class JobService:
         """Whether the engine can take work."""
         return not self._closing.is_set() and self.engine.accepting
 
+    def health(self) -> tuple[str, str | None]:
+        """("ok" | "degraded" | "down", reason): degraded while the engine rebuilds its rank group
+        (jobs are still taken and wait in the queue)."""
+        if not self.healthy():
+            return "down", "the engine cannot take work"
+        return getattr(self.engine, "health", ("ok", None))
+
     def close(self) -> None:
         """Stops listening and collecting; the engine is the caller's to close afterwards. Jobs
         still unfinished stay so in the store, and `recover()` runs them after a restart."""

@@ -151,11 +151,36 @@ class ServeConfig:
 
 
 @dataclass(frozen=True)
+class ReliabilityConfig:
+    """Deadlines and recovery of the rank group (see README, "Reliability")."""
+
+    # Every collective and P2P transfer must complete within
+    # max(op_deadline_floor_s, op_deadline_factor x the slowest denoise step measured so far).
+    op_deadline_floor_s: float = 60.0
+    op_deadline_factor: float = 10.0
+    group_timeout_s: float = 600.0  # torch.distributed's own timeout (rendezvous, NCCL watchdog)
+    retries: int = 1  # a request that fails with the rank group is run again this many times
+    rebuild_timeout_s: float = 600.0  # the most a rank group rebuild (actors start, models load) may take
+
+    def __post_init__(self):
+        for name in ("op_deadline_floor_s", "op_deadline_factor", "group_timeout_s", "rebuild_timeout_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
+                raise UserInputError(f"reliability.{name} must be a positive number, got {value!r}")
+        if not _is_int(self.retries) or self.retries < 0:
+            raise UserInputError(f"reliability.retries must be an integer >= 0, got {self.retries!r}")
+        if self.op_deadline_floor_s >= self.group_timeout_s:
+            raise UserInputError(f"reliability.op_deadline_floor_s ({self.op_deadline_floor_s}) must be below "
+                                 f"group_timeout_s ({self.group_timeout_s}): deadlines must fire first")
+
+
+@dataclass(frozen=True)
 class EngineConfig:
     model: ModelConfig = field(default_factory=ModelConfig)
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     generation: GenerationDefaults = field(default_factory=GenerationDefaults)
     serve: ServeConfig = field(default_factory=ServeConfig)
+    reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
 
     def with_overrides(self, section: str, **values: Any) -> "EngineConfig":
         """A copy with the non-None values replaced in one section (how CLI flags apply)."""
@@ -164,7 +189,7 @@ class EngineConfig:
 
 
 _SECTIONS = {"model": ModelConfig, "parallel": ParallelConfig, "generation": GenerationDefaults,
-             "serve": ServeConfig}
+             "serve": ServeConfig, "reliability": ReliabilityConfig}
 
 
 def load_config(path: str | Path) -> EngineConfig:

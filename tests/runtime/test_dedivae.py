@@ -69,7 +69,7 @@ def test_object_store_handoff_and_text_encoder_with_the_dit(ray_session, demo_ch
 
 @pytest.mark.parametrize("phase", ["denoise", "decode"])
 def test_a_failing_request_fails_alone(ray_session, demo_checkpoint, monkeypatch, phase):
-    monkeypatch.setenv("PIPEDIT_TEST_FAULT", f"{phase}:lighthouse")
+    monkeypatch.setenv("PIPEDIT_FAULTS", f"fail:phase={phase}:prompt=lighthouse")
     with Engine(_config(demo_checkpoint, decode_ranks=1, aco="off")) as engine:
         requests = _requests()
         outcomes = _by_prompt(engine.generate_many(requests), requests)

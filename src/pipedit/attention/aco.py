@@ -144,7 +144,8 @@ class AcoAttention(UlyssesAttention):
                              joint.k[:, :, part], joint.v[:, :, part], mask.to(q.dtype)])
             reply = q.new_empty(_reply_numel(shape, heads))
             # Both are posted before the local heads compute, which they overlap.
-            replies.append((p2p.post(sends=[(request, helper)], recvs=[(reply, helper)]), reply, heads))
+            replies.append((p2p.post(sends=[(request, helper)], recvs=[(reply, helper)], op="Aco heads exchange"),
+                            reply, heads))
             start += heads
         out, text_out = super()._core(q[:, :, :keep], k[:, :, :keep], v[:, :, :keep], joint.heads(0, keep), plan)
         outs, text_outs = [out], [text_out]
@@ -163,15 +164,15 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
         inbox = [(src, heads, torch.empty(_request_numel(shape, heads), dtype=shape.dtype, device=device))
                  for src, heads in pairs]
         # One batch per source, so each request is answered as soon as it is in.
-        receives = [p2p.post(recvs=[(buffer, src)]) for src, _, buffer in inbox]
+        receives = [p2p.post(recvs=[(buffer, src)], op="Aco request receive") for src, _, buffer in inbox]
         sends = []
         for (src, heads, buffer), receive in zip(inbox, receives):
-            receive.wait()
+            receive.wait(host=True)  # the mask is read on the host below
             q, k, v, tq, tk, tv, mask = _unpack(buffer, _request_shapes(shape, heads))
             valid = mask > 0.5
             # An all-valid mask is dropped so that the unmasked (fastest) kernel runs.
             joint = JointTokens(tq, tk, tv, None if bool(valid.all()) else valid)
             out, text_out = joint_attention(kernel, q, k, v, joint)
-            sends.append(p2p.post(sends=[(_pack([out, text_out]), src)]))
+            sends.append(p2p.post(sends=[(_pack([out, text_out]), src)], op="Aco reply send"))
         for send in sends:
             send.wait()

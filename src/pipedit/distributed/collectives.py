@@ -10,11 +10,15 @@ in-flight op alive for the caching allocator itself; `Pending` also holds them u
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
 
 import torch
 import torch.distributed as dist
+
+from .. import faults
+from . import deadline
 
 T = TypeVar("T")
 U = TypeVar("U")
@@ -22,14 +26,17 @@ ProcessGroup = dist.ProcessGroup
 
 
 class Pending(Generic[T]):
-    """Result of an in-flight communication. Holds every buffer the op touches until wait()."""
+    """Result of an in-flight communication. Holds every buffer the op touches until wait().
+    `op` and `peers` (global ranks) name it when it misses its deadline (see .deadline)."""
 
-    def __init__(self, works: Sequence[Any], finish: Callable[[], T], keep_alive: Sequence[torch.Tensor] = ()) -> None:
+    def __init__(self, works: Sequence[Any], finish: Callable[[], T], keep_alive: Sequence[torch.Tensor] = (),
+                 op: str = "communication", peers: Sequence[int] = ()) -> None:
         self._works = list(works)
         self._finish = finish
         self._keep_alive = list(keep_alive)
         self._result: T | None = None
         self._waited = False
+        self.op, self.peers, self._posted = op, tuple(peers), time.monotonic()
 
     @classmethod
     def ready(cls, value: T) -> Pending[T]:
@@ -37,12 +44,24 @@ class Pending(Generic[T]):
 
     def then(self, fn: Callable[[T], U]) -> Pending[U]:
         """A handle whose wait() returns fn(self.wait())."""
-        return Pending((self,), lambda: fn(self.wait()))
+        return Pending((self,), lambda: fn(self.wait()), op=self.op, peers=self.peers)
 
-    def wait(self) -> T:
+    def wait(self, host: bool = False) -> T:
+        """The result; under the operation deadline. NCCL ops only order the current stream
+        (the host goes on) and are checked by deadline.settle(), unless `host` (the host needs
+        the data now: wait for the op itself, under the deadline)."""
         if not self._waited:
-            for work in self._works:
-                work.wait()
+            nested = [work for work in self._works if isinstance(work, Pending)]
+            for work in nested:
+                work.wait(host)
+            works = [work for work in self._works if not isinstance(work, Pending)]
+            on_device = any(t.is_cuda for t in self._keep_alive)
+            if on_device and not host:
+                for work in works:
+                    work.wait()
+                deadline.watch(works, self.op, self.peers, self._posted)
+            else:
+                deadline.wait_all(works, self.op, self.peers, self._posted)
             self._result = self._finish()
             self._waited = True
             self._works, self._keep_alive = [], []
@@ -60,8 +79,9 @@ def all_to_all_async(
     if group is None:
         recv.copy_(send)
         return Pending.ready(recv)
+    faults.check(op="all_to_all")
     work = dist.all_to_all_single(recv, send, list(recv_splits), list(send_splits), group=group, async_op=True)
-    return Pending([work], lambda: recv, (send, recv))
+    return Pending([work], lambda: recv, (send, recv), "all_to_all", dist.get_process_group_ranks(group))
 
 
 def all_gather_async(tensor: torch.Tensor, group: ProcessGroup | None) -> Pending[list[torch.Tensor]]:
@@ -70,5 +90,6 @@ def all_gather_async(tensor: torch.Tensor, group: ProcessGroup | None) -> Pendin
         return Pending.ready([tensor])
     tensor = tensor.contiguous()
     parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+    faults.check(op="all_gather")
     work = dist.all_gather(parts, tensor, group=group, async_op=True)
-    return Pending([work], lambda: parts, (tensor, *parts))
+    return Pending([work], lambda: parts, (tensor, *parts), "all_gather", dist.get_process_group_ranks(group))

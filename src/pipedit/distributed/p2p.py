@@ -17,19 +17,24 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
+from .. import faults
 from .collectives import Pending, ProcessGroup
 
 Transfer = tuple[torch.Tensor, int]  # (tensor, peer's global rank)
 
 
 def post(sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = (),
-         group: ProcessGroup | None = None) -> Pending[None]:
+         group: ProcessGroup | None = None, op: str = "p2p") -> Pending[None]:
     """Start the sends and receives (peers are global ranks); .wait() returns when all are done.
-    Received tensors are filled in place; every tensor stays referenced until wait()."""
+    Received tensors are filled in place; every tensor stays referenced until wait(). `op`
+    names the transfer in deadline errors (e.g. "latent handoff")."""
     ops = [dist.P2POp(dist.isend, tensor, peer, group) for tensor, peer in sends]
     ops += [dist.P2POp(dist.irecv, tensor, peer, group) for tensor, peer in recvs]
+    if ops:
+        faults.check(op="p2p")
     works = dist.batch_isend_irecv(ops) if ops else []
-    return Pending(works, lambda: None, [tensor for tensor, _ in (*sends, *recvs)])
+    peers = [peer for _, peer in (*sends, *recvs)]
+    return Pending(works, lambda: None, [tensor for tensor, _ in (*sends, *recvs)], op, peers)
 
 
 def exchange_async(
@@ -46,4 +51,4 @@ def exchange_async(
     """
     sends = [(send, dst)] if send is not None else []
     recvs = [(recv, src)] if recv is not None else []
-    return post(sends, recvs, group).then(lambda _: recv)
+    return post(sends, recvs, group, op="ring K/V exchange").then(lambda _: recv)

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import torch
 
+from .. import faults
 from ..adapter import attention_heads
 from ..attention.aco import AcoShape, plan_aco, serve_aco_calls
 from ..attention.kernels import AttentionKernel
-from ..distributed import p2p
+from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
-from .faults import maybe_fail
 from .rank import RankWorker
 
 
@@ -27,19 +27,22 @@ class DecodeWorker(RankWorker):
     def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
         """Decodes the latents handed over through the object store, or receives them from
         denoise rank 0 (p2p handoff: `latents` is None)."""
+        faults.enter(phase="decode", prompt=request.prompt)
         if latents is None:
             latents = self._receive_latents(request)
-        maybe_fail("decode", request.prompt)
+        faults.check()
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
     def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
         latents = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
-        p2p.post(recvs=[(latents, 0)]).wait()  # the form denoise rank 0 sends in
+        p2p.post(recvs=[(latents, 0)], op="latent handoff receive").wait(host=True)  # the form rank 0 sends in
         return latents
 
     def aco_serve(self, shape: AcoShape, calls: int) -> int:
         """Serve `calls` attention calls (one transformer forward) for the denoise ranks."""
         if self.aco_pairs:
+            faults.enter(phase="aco")
             serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device)
+            deadline.settle()
         return len(self.aco_pairs)

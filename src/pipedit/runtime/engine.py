@@ -38,8 +38,15 @@ class Engine:
         check_parallel_config(parallel, heads)
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
+        self._model_path = model_path
         self.executor = create_executor(config, model_path, self.layout)
-        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco)
+        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild)
+
+    def rebuild(self) -> None:
+        """Tears the rank group down (kills its processes, which also clears any stuck
+        collective) and starts a new one with the same layout."""
+        self.executor.close()
+        self.executor = self.scheduler.executor = create_executor(self.config, self._model_path, self.layout)
 
     def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
                       **options) -> Iterator[Outcome]:

@@ -10,6 +10,10 @@ Cancellation: a queued request is dropped before it starts; a running one stops 
 boundary; a decode in flight is discarded when it returns. Either way the ranks go on with the
 next request.
 
+Failures of the rank group (a rank died, hung, ran out of memory): the requests in flight are
+queued again at the front (up to `reliability.retries` times, then they fail with the cause),
+the group is rebuilt while `health` says degraded, and the queue goes on.
+
 Invariant: only the loop thread calls the scheduler and the executor.
 """
 
@@ -17,10 +21,12 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 
 from ..config import EngineConfig
+from ..errors import UserInputError
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from .engine import Engine
 from .scheduler import EventCallback, Outcome
@@ -28,6 +34,7 @@ from .scheduler import EventCallback, Outcome
 _log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5  # nothing queued, nothing decoding: how long the loop sleeps between checks
 POLL_WAIT_S = 0.02  # nothing queued, decodes in flight: how often it polls them
+REBUILD_BACKOFF_S = (1.0, 30.0)  # wait before retrying a failed rebuild: first, longest
 
 
 class EngineCore:
@@ -43,6 +50,8 @@ class EngineCore:
         self._outcomes: dict[str, Outcome] = {}
         self._listeners: list[EventCallback] = []
         self._stopping = False
+        self._attempts: dict[str, int] = {}  # request id -> retries so far
+        self._health = ("ok", None)
         self._thread = threading.Thread(target=self._loop, name="pipedit-engine", daemon=True)
         self._thread.start()
 
@@ -94,6 +103,11 @@ class EngineCore:
         return self._thread.is_alive() and not self._stopping
 
     @property
+    def health(self) -> tuple[str, str | None]:
+        """("ok", None), or ("degraded", why) while the rank group is rebuilt after a failure."""
+        return self._health
+
+    @property
     def queue_length(self) -> int:
         with self._lock:
             return len(self._queue)
@@ -117,7 +131,7 @@ class EngineCore:
 
     # -- the loop thread ------------------------------------------------------------------
     def _loop(self) -> None:
-        run = self.engine.scheduler.session(self._emit, self._is_cancelled)
+        run = self.engine.scheduler.session(self._emit, self._is_cancelled, self._retry)
         while True:
             request = self._next(POLL_WAIT_S if run.in_flight else IDLE_WAIT_S)
             if request is None and self._stopping:
@@ -127,8 +141,46 @@ class EngineCore:
                     self._finish(outcome)
             except Exception:  # noqa: BLE001 - the loop must outlive any one request
                 _log.exception("engine loop error")
+            if run.broken is not None:
+                self._recover(run)
         for outcome in run.drain():
             self._finish(outcome)
+
+    def _recover(self, run) -> None:
+        """Rebuilds the rank group, retrying with a growing pause until it works (or close)."""
+        cause = str(run.broken)
+        self._health = ("degraded", f"rebuilding the rank group after: {cause}")
+        _log.warning("rank group failed (%s); rebuilding it", cause)
+        pause, started = REBUILD_BACKOFF_S[0], time.monotonic()
+        while True:
+            try:
+                for outcome in run.recover():
+                    self._finish(outcome)
+                break
+            except Exception as error:  # noqa: BLE001 - keep the server up, say why in /healthz
+                _log.exception("rank group rebuild failed")
+                self._health = ("degraded", f"rank group rebuild failed ({error}); retrying in {pause:.0f} s")
+                with self._lock:
+                    if self._lock.wait_for(lambda: self._stopping, pause):
+                        return
+                pause = min(pause * 2, REBUILD_BACKOFF_S[1])
+        _log.warning("rank group rebuilt in %.1f s", time.monotonic() - started)
+        self._health = ("ok", None)
+
+    def _retry(self, request: VideoRequest, error: BaseException) -> bool:
+        """Queues a request that failed with the group again, at the front, if it has retries left."""
+        if isinstance(error, (RequestCancelled, UserInputError)):
+            return False
+        with self._lock:
+            done = self._attempts.get(request.request_id, 0)
+            if self._stopping or request.request_id in self._cancelled \
+                    or done >= self.engine.config.reliability.retries:
+                return False
+            self._attempts[request.request_id] = done + 1
+            self._queue.appendleft(request)
+            self._lock.notify_all()
+        _log.warning("request %s failed (%s); retry %d", request.request_id, error, done + 1)
+        return True
 
     def _next(self, timeout: float) -> VideoRequest | None:
         with self._lock:
@@ -146,6 +198,9 @@ class EngineCore:
 
     def _finish(self, outcome: Outcome) -> None:
         with self._lock:
+            retries = self._attempts.pop(outcome.request_id, 0)
+            if retries and isinstance(outcome, RequestFailure) and not outcome.cancelled:
+                outcome.error = RuntimeError(f"{outcome.error} (the last of {retries + 1} attempts)")
             self._running.discard(outcome.request_id)
             self._cancelled.discard(outcome.request_id)
             if self._on_outcome is None:

@@ -9,28 +9,36 @@ from __future__ import annotations
 
 import logging
 import os
+import tempfile
 from typing import Any
 
+from .. import faults
 from ..config import EngineConfig
 from ..distributed.devices import check_distinct_gpus
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
-from .faults import ENV as FAULT_ENV
 from .layout import WorldLayout
+from .rank_failure import RankGroupError
 from .worker import DenoiseWorker
+
+_once_dir: str | None = None  # `once` fault markers, shared by every rank group this process starts
 
 
 class InProcessExecutor:
     def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
         self.layout = layout
+        os.environ.update(_fault_env())  # this process is the rank: its `once` markers
         self.worker = DenoiseWorker(config, layout)
         self.worker.setup(model_path)
 
-    def call(self, method: str, *args: Any) -> list[Any]:
-        return [getattr(self.worker, method)(*args)]
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        return [getattr(self.worker, method)(*args)]  # in this thread: nothing to time out
 
-    def call_rank(self, rank: int, method: str, *args: Any) -> Any:
+    def call_rank(self, rank: int, method: str, *args: Any, timeout: float | None = None) -> Any:
         return getattr(self.worker, method)(*args)
+
+    def call_all(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        return self.call(method, *args)
 
     def close(self) -> None:
         self.worker.close()
@@ -48,10 +56,9 @@ class RayExecutor:
         self._started_ray = ensure_ray(layout.world_size)
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
-        env = {"TOKENIZERS_PARALLELISM": "false"}
-        if os.environ.get(FAULT_ENV):
-            env[FAULT_ENV] = os.environ[FAULT_ENV]
+        env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env()}
         self.actors = []
+        self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         try:
             self._start(config, model_path, layout, use_gpu, env)
         except BaseException:
@@ -72,48 +79,112 @@ class RayExecutor:
                     self._group, placement_group_bundle_index=self._first_bundle + rank),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
-        check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors]))
-        rendezvous = self.get(self.actors[0].rendezvous_address.remote())
-        self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors])
+        limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
+        check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
+        rendezvous = self.get(self.actors[0].rendezvous_address.remote(), limit)
+        self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors], limit)
 
-    def get(self, refs):
+    def get(self, refs, timeout: float | None = None):
+        """The results of `refs` (one ref or a list). Fails as soon as any call fails: a user
+        error as itself (exit code 2, HTTP 4xx), anything else as RankGroupError naming the rank
+        (died, raised, or, past `timeout` seconds, hung)."""
+        ray = self._ray
+        single = not isinstance(refs, list)
+        waiting = [refs] if single else list(refs)
+        deadline = None if timeout is None else _now() + timeout
+        while waiting:
+            left = None if deadline is None else max(0.0, deadline - _now())
+            done, waiting = ray.wait(waiting, num_returns=1, timeout=left)
+            if not done:
+                ranks = sorted({self._calls.get(ref, ("?", ""))[0] for ref in waiting}, key=str)
+                methods = sorted({self._calls.get(ref, ("", "?"))[1] for ref in waiting})
+                raise RankGroupError(f"rank(s) {ranks} did not finish {'/'.join(methods)} within {timeout:.1f} s "
+                                     f"(hung); the rank group is rebuilt", ranks[0] if len(ranks) == 1 else None)
+            self._raise_failure(done[0])
+        results = ray.get(refs)
+        for ref in [refs] if single else refs:
+            self._calls.pop(ref, None)
+        return results
+
+    def _raise_failure(self, ref) -> None:
+        ray = self._ray
+        rank, method = self._calls.get(ref, (None, "a call"))
+        role = "" if rank is None else (" (decode)" if rank >= self.layout.denoise else " (denoise)")
         try:
-            return self._ray.get(refs)
-        except self._ray.exceptions.RayTaskError as error:
-            # Keep user errors user errors (exit code 2, HTTP 4xx); everything else propagates.
+            ray.get(ref)
+        except ray.exceptions.RayTaskError as error:
             if isinstance(error.cause, UserInputError):
                 raise error.cause from None
-            raise
+            cause = error.cause if error.cause is not None else error
+            self._calls.pop(ref, None)
+            raise RankGroupError(f"rank {rank}{role} failed in {method}: {type(cause).__name__}: {cause}",
+                                 rank) from cause
+        except ray.exceptions.RayActorError as error:
+            self._calls.pop(ref, None)
+            raise RankGroupError(f"rank {rank}{role} died during {method} (its process exited: "
+                                 f"{type(error).__name__})", rank) from error
+
+    def _track(self, ref, rank: int, method: str):
+        if len(self._calls) > 10_000:  # refs nobody waits for (p2p finish): forget the oldest
+            for stale in list(self._calls)[:5_000]:
+                del self._calls[stale]
+        self._calls[ref] = (rank, method)
+        return ref
 
     def submit(self, method: str, *args: Any) -> list:
-        return [getattr(actor, method).remote(*args) for actor in self.actors[: self.layout.denoise]]
+        return [self._track(getattr(actor, method).remote(*args), rank, method)
+                for rank, actor in enumerate(self.actors[: self.layout.denoise])]
 
     def submit_rank(self, rank: int, method: str, *args: Any):
-        return getattr(self.actors[rank], method).remote(*args)
+        return self._track(getattr(self.actors[rank], method).remote(*args), rank, method)
 
-    def call(self, method: str, *args: Any) -> list[Any]:
-        return self.get(self.submit(method, *args))
+    def call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        return self.get(self.submit(method, *args), timeout)
 
-    def call_rank(self, rank: int, method: str, *args: Any) -> Any:
-        return self.get(self.submit_rank(rank, method, *args))
+    def call_rank(self, rank: int, method: str, *args: Any, timeout: float | None = None) -> Any:
+        return self.get(self.submit_rank(rank, method, *args), timeout)
+
+    def call_all(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
+        """`method` on every rank, decode ranks included."""
+        return self.get([self.submit_rank(rank, method, *args) for rank in range(len(self.actors))], timeout)
 
     def ready(self, refs: list, timeout: float = 0.0) -> list:
         done, _ = self._ray.wait(refs, num_returns=len(refs), timeout=timeout)
         return done
 
-    def wait_one(self, refs: list) -> Any:
-        done, _ = self._ray.wait(refs, num_returns=1)
-        return done[0]
+    def wait_one(self, refs: list, timeout: float | None = None) -> Any:
+        """The first ref of `refs` to finish; None if none has within `timeout` seconds."""
+        done, _ = self._ray.wait(refs, num_returns=1, timeout=timeout)
+        return done[0] if done else None
 
     def close(self) -> None:
+        """Kills every rank process: also what clears an op stuck on a communicator."""
         from ray.util.placement_group import remove_placement_group
 
         for actor in self.actors:
-            self._ray.kill(actor)
+            self._ray.kill(actor, no_restart=True)
         if self._first_bundle == 0:  # a group of our own (not the Serve replica's)
             remove_placement_group(self._group)
         if self._started_ray:
             self._ray.shutdown()
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+def _fault_env() -> dict[str, str]:
+    """The fault injection switch, from this process's environment only, for the rank actors."""
+    global _once_dir
+    spec = os.environ.get(faults.ENV)
+    if not spec:
+        return {}
+    faults.parse(spec)  # a typo fails the start, with the grammar's message
+    if _once_dir is None:
+        _once_dir = tempfile.mkdtemp(prefix="pipedit-faults-")
+    return {faults.ENV: spec, faults.ONCE_DIR_ENV: _once_dir}
 
 
 def _rank_bundles(world_size: int, use_gpu: bool):

@@ -8,8 +8,10 @@ from datetime import timedelta
 
 import torch
 
+from .. import faults
 from ..adapter import load_adapter
 from ..config import EngineConfig
+from ..distributed import deadline
 from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.spawn import free_tcp_port
@@ -17,7 +19,6 @@ from ..logs import quiet_libraries
 from ..request import VideoRequest
 from .layout import WorldLayout
 
-RENDEZVOUS_TIMEOUT = timedelta(minutes=10)
 
 
 class RankWorker:
@@ -28,6 +29,14 @@ class RankWorker:
         self.device = resolve_rank_device(config.model.device)  # indexed on CUDA (cuda:N)
         self.adapter = None
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
+        faults.set_rank(rank)
+        if layout.world_size > 1:
+            deadline.set_op_deadline(config.reliability.op_deadline_floor_s)
+
+    def set_op_deadline(self, seconds: float) -> None:
+        """The per-operation deadline of this rank's collectives and transfers (the driver
+        raises it as it measures slower steps)."""
+        deadline.set_op_deadline(seconds)
 
     def identity(self) -> tuple[str, str | None]:
         """(node, physical GPU or None): the executor refuses two ranks on one GPU before NCCL does."""
@@ -66,13 +75,16 @@ class RankWorker:
         dist.init_process_group(
             backend="nccl" if self.device.type == "cuda" else "gloo",
             init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.layout.world_size,
-            timeout=RENDEZVOUS_TIMEOUT, **options,
+            # Above every operation deadline: it only backs them up (and bounds the rendezvous).
+            timeout=timedelta(seconds=self.config.reliability.group_timeout_s), **options,
         )
 
     def encode_prompt(self, request: VideoRequest) -> dict[str, torch.Tensor]:
         """On the rank holding the text encoders; validates the request first (cheap, and before
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
+        faults.enter(phase="encode", prompt=request.prompt)
+        faults.check()
         return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
 
     def loaded_parameters(self) -> dict[str, int]:

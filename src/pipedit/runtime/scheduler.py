@@ -4,6 +4,10 @@ With decode ranks (DeDiVAE), request k's latents go to a free decode rank and re
 starts denoising at once; results come back in completion order. While no decode is in flight
 the denoise steps can hand attention heads to the idle decode ranks (Aco), when the Aco policy
 says it pays. Without decode ranks, denoise rank 0 decodes after the last step.
+
+Every rank call runs under a deadline (see .deadlines). A failure of the rank group (a rank died,
+hung, ran out of memory or raised) fails the requests it touched and marks the run `broken`;
+`recover` then lets healthy decodes finish, rebuilds the group and goes on.
 """
 
 from __future__ import annotations
@@ -15,27 +19,37 @@ from typing import Callable, Iterable, Iterator
 
 from ..attention.aco import AcoShape
 from ..attention.autotune import pick_faster
+from ..config import ReliabilityConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
+from .deadlines import Deadlines
 from .layout import WorldLayout
+from .rank_failure import RankGroupError
 
 EventCallback = Callable[[RequestEvent], None]
 CancelCheck = Callable[[str], bool]  # request id -> cancelled
+RetryCheck = Callable[[VideoRequest, BaseException], bool]  # True: the caller runs it again
 Outcome = VideoResult | RequestFailure
 ACO_ROUNDS = 5
 
 
 class PipelineScheduler:
-    def __init__(self, executor, layout: WorldLayout, aco: str = "auto"):
+    def __init__(self, executor, layout: WorldLayout, aco: str = "auto",
+                 reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None):
+        """rebuild: tears the rank group down and starts a new one (sets self.executor)."""
         self.executor = executor
+        self.rebuild = rebuild
+        self.deadlines = Deadlines(reliability)
         self.layout = layout
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
 
-    def session(self, on_event: EventCallback, is_cancelled: CancelCheck) -> "_Run":
+    def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
+                retry: RetryCheck | None = None) -> "_Run":
         """A long-lived run for requests that arrive over time (pipedit.runtime.engine_core):
-        `submit` one request at a time, `poll` for decodes that finished meanwhile."""
-        return _Run(self, on_event, True, self.aco_mode if self.layout.aco else "off", is_cancelled)
+        `submit` one request at a time, `poll` for decodes that finished meanwhile, `recover`
+        when it is `broken`. A failed request for which `retry` says True yields no outcome."""
+        return _Run(self, on_event, True, self.aco_mode if self.layout.aco else "off", is_cancelled, retry)
 
     def run(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
             pipelined: bool = True, aco: str | None = None) -> Iterator[Outcome]:
@@ -48,7 +62,11 @@ class PipelineScheduler:
             emit(RequestEvent(request.request_id, RequestStatus.QUEUED))
         for request in requests:
             yield from run.submit(request)
+            if run.broken:
+                yield from run.recover()
         yield from run.drain()
+        if run.broken:
+            yield from run.recover()
 
 
 @dataclass
@@ -66,10 +84,11 @@ class _Run:
     """State of one `run` call: decodes in flight and free decode ranks."""
 
     def __init__(self, scheduler: PipelineScheduler, emit: EventCallback, pipelined: bool, aco_mode: str,
-                 is_cancelled: CancelCheck = lambda request_id: False):
+                 is_cancelled: CancelCheck = lambda request_id: False, retry: RetryCheck | None = None):
         self.s = scheduler
         self.is_cancelled = is_cancelled
-        self.ex = scheduler.executor
+        self.retry = retry or (lambda request, error: False)
+        self.deadlines = scheduler.deadlines
         self.layout = scheduler.layout
         self.emit = emit
         self.pipelined = pipelined
@@ -77,6 +96,28 @@ class _Run:
         self.in_flight: dict = {}  # decode call ref -> _Decoding
         self.free = deque(self.layout.decode_ranks)
         self.shape_of: tuple = (None, None)  # (request id, its AcoShape)
+        self.broken: RankGroupError | None = None  # the group failed: recover() before the next request
+
+    @property
+    def ex(self):
+        return self.s.executor  # replaced by a rebuild
+
+    def recover(self) -> Iterator[Outcome]:
+        """After a group failure: decodes that still finish in time are kept, the others fail;
+        then the group is rebuilt (RankGroupError if that fails; call again to retry)."""
+        cause = self.broken
+        yield from self._collect(block=True)
+        for decoding in list(self.in_flight.values()):  # only left if the collect was cut short
+            outcome = self._failed(decoding.request, "decode", cause)
+            if outcome is not None:
+                yield outcome
+        self.in_flight.clear()
+        if self.s.rebuild is None:
+            raise RuntimeError(f"the rank group failed ({cause}) and this engine cannot rebuild it")
+        self.s.rebuild()
+        self.free = deque(self.layout.decode_ranks)
+        self.shape_of = (None, None)
+        self.broken = None
 
     def submit(self, request: VideoRequest) -> Iterator[Outcome]:
         phase, started = "encode", time.perf_counter()
@@ -84,7 +125,7 @@ class _Run:
         try:
             self._check_cancelled(request)
             self.emit(RequestEvent(request.request_id, RequestStatus.ENCODING))
-            cond = self.ex.call_rank(self.layout.text_rank, "encode_prompt", request)
+            cond = self.ex.call_rank(self.layout.text_rank, "encode_prompt", request, timeout=self.deadlines.call_s)
             timings["encode_s"] = time.perf_counter() - started
             phase = "denoise"
             yield from self._denoise(request, cond, timings)
@@ -94,20 +135,25 @@ class _Run:
             if outcome is not None:
                 yield outcome
         except Exception as error:  # noqa: BLE001 - one request's failure must not stop the rest
-            yield self._failed(request, phase, error)
+            outcome = self._failed(request, phase, error)
+            if outcome is not None:
+                yield outcome
 
     def _denoise(self, request: VideoRequest, cond, timings: dict) -> Iterator[Outcome]:
         start = time.perf_counter()
-        total = self.ex.call("begin", request, cond)[0]
+        total = self.ex.call("begin", request, cond, timeout=self.deadlines.call_s)[0]
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))
         aco_steps = 0
         for _ in range(total):
             self._check_cancelled(request)  # between steps: a cancelled request stops within one
             use_aco = self._aco_now(request)
+            step_start = time.perf_counter()
             done = self._step(request, use_aco)
+            self._observe_step(time.perf_counter() - step_start)
             aco_steps += use_aco
             self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, done, total))
             yield from self._collect(block=False)
+            self._check_group()
         timings["denoise_s"] = time.perf_counter() - start
         timings["aco_steps"] = aco_steps
 
@@ -115,11 +161,13 @@ class _Run:
         self.emit(RequestEvent(request.request_id, RequestStatus.DECODING))
         if not self.layout.decode:
             start = time.perf_counter()
-            result = self.ex.call("finish")[0]
+            result = self.ex.call("finish", timeout=self.deadlines.decode_s)[0]
             timings["decode_s"] = time.perf_counter() - start
             return self._done(request, result, timings, started)
         while not self.free:
+            self._check_group()
             yield from self._collect(block=True, first_only=True)
+        self._check_group()
         rank = self.free.popleft()
         handed = self.ex.submit("finish", rank)[0]
         latents = handed if self.layout.handoff == "object_store" else None
@@ -131,24 +179,49 @@ class _Run:
 
     def _collect(self, block: bool, first_only: bool = False) -> Iterator[Outcome]:
         while self.in_flight:
-            if block:
-                ready = [self.ex.wait_one(list(self.in_flight))]
+            overdue = self._overdue()
+            if block and not overdue:
+                first_due = min(d.handed for d in self.in_flight.values()) + self.deadlines.decode_s
+                ref = self.ex.wait_one(list(self.in_flight), timeout=max(0.0, first_due - time.perf_counter()))
+                ready = [ref] if ref is not None else []
+                overdue = [] if ready else self._overdue()
             else:
                 ready = self.ex.ready(list(self.in_flight))
-                if not ready:
-                    return
             for ref in ready:
-                decoding = self.in_flight.pop(ref)
-                self.free.append(decoding.rank)
-                try:
-                    result = self.ex.get(ref)
-                    self._check_cancelled(decoding.request)  # a cancelled decode is discarded
-                    decoding.timings["decode_s"] = time.perf_counter() - decoding.handed
-                    yield self._done(decoding.request, result, decoding.timings, decoding.started)
-                except Exception as error:  # noqa: BLE001
-                    yield self._failed(decoding.request, "decode", error)
-            if first_only or not block:
+                yield from self._collected(ref)
+            for ref in overdue:
+                if ref in self.in_flight:
+                    yield from self._hung_decode(ref)
+            if not (ready or overdue) and not block:
                 return
+            if (first_only and ready) or not block:
+                return
+
+    def _overdue(self) -> list:
+        now = time.perf_counter()
+        return [ref for ref, d in self.in_flight.items() if now - d.handed > self.deadlines.decode_s]
+
+    def _collected(self, ref) -> Iterator[Outcome]:
+        decoding = self.in_flight.pop(ref)
+        self.free.append(decoding.rank)
+        try:
+            result = self.ex.get(ref)
+            self._check_cancelled(decoding.request)  # a cancelled decode is discarded
+            decoding.timings["decode_s"] = time.perf_counter() - decoding.handed
+            self.deadlines.observe_decode(decoding.timings["decode_s"])
+            yield self._done(decoding.request, result, decoding.timings, decoding.started)
+        except Exception as error:  # noqa: BLE001
+            outcome = self._failed(decoding.request, "decode", error)
+            if outcome is not None:
+                yield outcome
+
+    def _hung_decode(self, ref) -> Iterator[Outcome]:
+        decoding = self.in_flight.pop(ref)
+        error = RankGroupError(f"decode rank {decoding.rank} did not finish decode within "
+                               f"{self.deadlines.decode_s:.1f} s (hung); the rank group is rebuilt", decoding.rank)
+        outcome = self._failed(decoding.request, "decode", error)
+        if outcome is not None:
+            yield outcome
 
     def poll(self) -> Iterator[Outcome]:
         """Outcomes of decodes that finished, without waiting."""
@@ -156,6 +229,11 @@ class _Run:
 
     def drain(self) -> Iterator[Outcome]:
         yield from self._collect(block=True)
+
+    def _check_group(self) -> None:
+        """A decode that failed the group meanwhile fails this request too (the rebuild ends it)."""
+        if self.broken is not None:
+            raise RankGroupError(f"the rank group failed meanwhile: {self.broken}")
 
     def _check_cancelled(self, request: VideoRequest) -> None:
         if self.is_cancelled(request.request_id):
@@ -166,10 +244,23 @@ class _Run:
         self.emit(RequestEvent(request.request_id, RequestStatus.DONE))
         return result
 
-    def _failed(self, request, phase: str, error: BaseException) -> RequestFailure:
+    def _failed(self, request, phase: str, error: BaseException) -> RequestFailure | None:
+        """The failure to report, or None when the request is handed back to be retried."""
+        if isinstance(error, RankGroupError) and self.broken is None:
+            self.broken = error
         cancelled = isinstance(error, RequestCancelled)
+        if not cancelled and self.retry(request, error):
+            self.emit(RequestEvent(request.request_id, RequestStatus.QUEUED))
+            return None
         self.emit(RequestEvent(request.request_id, RequestStatus.CANCELLED if cancelled else RequestStatus.FAILED))
         return RequestFailure(request.request_id, phase, error)
+
+    def _observe_step(self, seconds: float) -> None:
+        """Raises the ranks' operation deadline when steps turn out slower than it allows for."""
+        if self.deadlines.observe_step(seconds):
+            op_s = self.deadlines.op_s
+            self.ex.call_all("set_op_deadline", op_s, timeout=self.deadlines.call_s)
+            self.deadlines.sent_op_s = op_s
 
     # -- Aco ------------------------------------------------------------------------------
     def _aco_now(self, request: VideoRequest) -> bool:
@@ -187,31 +278,33 @@ class _Run:
 
     def _aco_shape(self, request: VideoRequest) -> AcoShape:
         if self.shape_of[0] != request.request_id:
-            self.shape_of = (request.request_id, self.ex.call_rank(0, "aco_shape", request))
+            shape = self.ex.call_rank(0, "aco_shape", request, timeout=self.deadlines.call_s)
+            self.shape_of = (request.request_id, shape)
         return self.shape_of[1]
 
     def _step(self, request: VideoRequest, use_aco: bool) -> int:
         if not use_aco:
-            return self.ex.call("step", False)[0]
+            return self.ex.call("step", False, timeout=self.deadlines.call_s)[0]
         return self._with_helpers("step", True, self._aco_shape(request))[0]
 
     def _with_helpers(self, method: str, arg, shape: AcoShape) -> list:
         """Runs `method(arg)` on the denoise ranks while the decode ranks serve Aco heads for one
         forward; returns the denoise ranks' results.
 
-        Hazard: if a denoise rank fails inside this forward, the helpers wait for messages that
-        never come, until the process group's timeout; the failure is reported for the request."""
+        If a denoise rank fails inside this forward, the helpers wait for messages that never
+        come: the failure (or their own operation deadline) breaks the run and the rebuild kills
+        them, so no stale helper call runs beside the next request's."""
         if self.s.aco_calls is None:
-            self.s.aco_calls = self.ex.call_rank(0, "aco_calls")
+            self.s.aco_calls = self.ex.call_rank(0, "aco_calls", timeout=self.deadlines.call_s)
         helpers = [self.ex.submit_rank(r, "aco_serve", shape, self.s.aco_calls) for r in self.layout.decode_ranks]
         denoise = self.ex.submit(method, arg)
-        return self.ex.get(denoise + helpers)[: self.layout.denoise]
+        return self.ex.get(denoise + helpers, self.deadlines.call_s)[: self.layout.denoise]
 
     def _measure_aco(self, shape: AcoShape) -> bool:
         """Interleaved rounds of one forward without and with Aco (slowest rank per sample); the
         first round warms up. Aco wins only as pick_faster decides: clearly and consistently."""
         samples: dict = {None: [], True: []}
         for _ in range(ACO_ROUNDS + 1):
-            samples[None].append(max(self.ex.call("time_forward", False)))
+            samples[None].append(max(self.ex.call("time_forward", False, timeout=self.deadlines.call_s)))
             samples[True].append(max(self._with_helpers("time_forward", True, shape)))
         return pick_faster({key: times[1:] for key, times in samples.items()}) is True

@@ -10,11 +10,11 @@ import time
 
 import torch
 
+from .. import faults
 from ..attention.aco import AcoShape
-from ..distributed import p2p
+from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
-from .faults import maybe_fail
 from .rank import RankWorker
 from .sequence_parallel import SequenceParallelRuntime
 
@@ -53,10 +53,12 @@ class DenoiseWorker(RankWorker):
         return self.job.total_steps
 
     def step(self, aco: bool = False) -> int:
-        maybe_fail("denoise", self.job.request.prompt)
+        faults.enter(phase="denoise", step=self.job.steps_done, aco=aco, prompt=self.job.request.prompt)
+        faults.check()
         self._set_aco(aco)
         try:
             self.job.step(self.adapter)
+            deadline.settle()  # device-side ops of this step completed in time
         finally:
             self._set_aco(False)
         return self.job.steps_done
@@ -98,14 +100,14 @@ class DenoiseWorker(RankWorker):
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
             self._wait_send()
-            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)])
+            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)], op="latent handoff send")
             return None
         return latents.cpu()
 
     def _wait_send(self) -> None:
         if self._pending_send is not None:
-            self._pending_send.wait()
-            self._pending_send = None
+            pending, self._pending_send = self._pending_send, None
+            pending.wait(host=True)  # a decode rank that died before receiving fails this, in time
 
     def close(self) -> None:
         self._wait_send()

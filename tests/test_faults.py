@@ -1,0 +1,63 @@
+"""The fault injection switch: its grammar, its selectors, `once`, and that it is off by default."""
+
+import pytest
+import torch
+
+from pipedit import faults
+from pipedit.errors import UserInputError
+
+
+def test_the_grammar_reads_actions_and_selectors():
+    parsed = faults.parse("kill:rank=1:step=2, hang:op=all_to_all:rank=0:step=1,oom:phase=decode:once,"
+                          "fail:phase=denoise:aco:prompt=lighthouse")
+    assert [f.action for f in parsed] == ["kill", "hang", "oom", "fail"]
+    assert (parsed[0].rank, parsed[0].step) == (1, 2)
+    assert (parsed[1].op, parsed[1].rank, parsed[1].step) == ("all_to_all", 0, 1)
+    assert parsed[2].phase == "decode" and parsed[2].once
+    assert parsed[3].aco and parsed[3].prompt == "lighthouse" and not parsed[3].once
+
+
+@pytest.mark.parametrize("spec, says", [
+    ("explode:rank=1", "unknown action 'explode'"),
+    ("kill:rank=one", "rank must be an integer"),
+    ("oom:phase=render", "phase must be one of encode, denoise, decode"),
+    ("hang:op=broadcast", "op must be one of all_to_all, all_gather, p2p"),
+    ("fail:colour=red", "unknown selector 'colour=red'"),
+])
+def test_parse_errors_say_what_is_wrong_and_what_is_allowed(spec, says):
+    with pytest.raises(UserInputError, match=says):
+        faults.parse(spec)
+
+
+def test_faults_fire_only_where_every_selector_matches(monkeypatch):
+    monkeypatch.setenv(faults.ENV, "fail:phase=denoise:step=1:aco:prompt=fox,oom:phase=decode")
+    monkeypatch.delenv(faults.ONCE_DIR_ENV, raising=False)
+    faults.set_rank(0)
+    faults.enter(phase="denoise", step=1, aco=False, prompt="a red fox")
+    faults.check()  # not an Aco step
+    faults.enter(phase="denoise", step=0, aco=True, prompt="a red fox")
+    faults.check()  # another step
+    faults.enter(phase="denoise", step=1, aco=True, prompt="a cat")
+    faults.check()  # another prompt
+    faults.enter(phase="denoise", step=1, aco=True, prompt="a red fox")
+    with pytest.raises(faults.InjectedFault, match="injected fail fault on rank 0 \\(denoise, step 1"):
+        faults.check()
+    faults.enter(phase="decode", prompt="anything")
+    with pytest.raises(torch.OutOfMemoryError, match="injected oom fault"):
+        faults.check()
+
+
+def test_once_fires_a_single_time_across_processes_sharing_the_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv(faults.ENV, "fail:phase=encode:once")
+    monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path))
+    faults.enter(phase="encode", prompt="p")
+    with pytest.raises(faults.InjectedFault):
+        faults.check()
+    faults.check()  # the marker exists: a retry (even on a rebuilt rank) succeeds
+    assert len(list(tmp_path.glob("fault-*"))) == 1
+
+
+def test_off_by_default(monkeypatch):
+    monkeypatch.delenv(faults.ENV, raising=False)
+    faults.enter(phase="decode", prompt="p")
+    faults.check()
