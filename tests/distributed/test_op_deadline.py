@@ -31,6 +31,9 @@ def _rank(rank, world_size):
     gathered = [t.item() for t in all_gather_async(torch.tensor([rank + 1.0]), group).wait()]
     swapped = all_to_all_async(torch.tensor([rank * 10.0, rank * 10.0 + 1]), [1, 1], [1, 1], group)
     swapped = swapped.then(lambda t: t.tolist()).wait(host=True)
+    peer_value = torch.empty(1)
+    post(sends=[(torch.tensor([rank + 5.0]), 1 - rank)], recvs=[(peer_value, 1 - rank)]).wait()
+    assert peer_value.item() == (1 - rank) + 5.0  # P2P completes under a deadline too
     if rank == 0:  # then rank 0 stays away (alive, as a hung peer) while rank 1 waits
         time.sleep(4 * DEADLINE_S + 2)
         return gathered, swapped

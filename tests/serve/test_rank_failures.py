@@ -5,7 +5,7 @@ injected through PIPEDIT_FAULTS, ends with its request failed with the cause or 
 completed within BOUND_S, the job queued behind it completes, and /healthz answers 200 throughout,
 "degraded" while the group is rebuilt.
 
-BOUND_S is generous: on two shared CPU cores a rebuild (three rank processes start, import torch,
+BOUND_S is generous: on two shared, heavily loaded CPU cores a rebuild (three rank processes start, import torch,
 load the demo model) takes seconds to tens of seconds; detection takes at most the operation
 deadline (OP_FLOOR_S) plus its grace."""
 
@@ -25,8 +25,8 @@ from pipedit.serve.store import JobStore
 from serve_helpers import MODEL, SMALL, call, serve_in_thread, wait_status
 
 pytestmark = pytest.mark.slow
-BOUND_S = 90.0
-OP_FLOOR_S = 5.0
+BOUND_S = 150.0
+OP_FLOOR_S = 15.0
 FAULTS = ",".join([
     "kill:phase=decode:prompt=KILL-DECODE:once",
     "kill:rank=1:step=1:prompt=KILL-DENOISE:once",

@@ -61,7 +61,7 @@ class Pending(Generic[T]):
                     work.wait()
                 deadline.watch(works, self.op, self.peers, self._posted)
             else:
-                deadline.wait_all(works, self.op, self.peers, self._posted)
+                deadline.wait_all(works, self.op, self.peers, self._posted, poll=on_device)
             self._result = self._finish()
             self._waited = True
             self._works, self._keep_alive = [], []

@@ -2,12 +2,12 @@
 OperationTimeout naming the operation, its peers and the deadline, long before the process
 group's own timeout.
 
-The host checks completion with work.is_completed() (on NCCL a query of the op's CUDA event that
+On NCCL the host checks completion with work.is_completed() (a query of the op's CUDA event that
 never blocks) and calls work.wait() only once an op has completed, so no host thread is stuck
-inside a wait. On gloo the host waits for every op anyway, so `wait_all` polls at once. On NCCL
-work.wait() only orders the caller's stream after the op and the host goes on issuing kernels
-(PipeSP's overlap depends on it): those ops are `watch`ed and `settle` checks them at the end of
-each rank call (step, Aco serve, decode).
+inside a wait; since work.wait() there only orders the caller's stream after the op while the
+host goes on issuing kernels (PipeSP's overlap depends on it), such ops are `watch`ed and
+`settle` checks them at the end of each rank call (step, Aco serve). On gloo the host waits for
+every op anyway, with work.wait(timeout).
 
 Hazard: a timed-out op stays posted and its communicator is unusable; only destroying it (killing
 the rank processes) clears it. The executor does exactly that, then rebuilds the group.
@@ -18,6 +18,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
+from datetime import timedelta
 
 _deadline_s: float | None = None  # None: no deadline (single-process use, benches)
 _POLL_S = (0.0005, 0.01)  # first and longest sleep between polls
@@ -38,24 +39,43 @@ def op_deadline() -> float | None:
     return _deadline_s
 
 
-def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | None = None) -> None:
+def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | None = None,
+             poll: bool = False) -> None:
     """Waits for every work handle on the host, or raises OperationTimeout once the deadline
-    (counted from `posted`, default now) passes."""
+    (counted from `posted`, default now) passes. `poll`: NCCL works, whose is_completed() is a
+    non-blocking event query; otherwise (gloo, whose send/recv works only complete inside wait)
+    work.wait(timeout), which gloo honours."""
     deadline = _deadline_s
     if deadline is None or not works:
         for work in works:
             work.wait()
         return
     give_up = (time.monotonic() if posted is None else posted) + deadline
+    for work in works:
+        if poll:
+            _poll(work, give_up, op, peers, deadline)
+            continue
+        try:
+            work.wait(timeout=timedelta(seconds=max(give_up - time.monotonic(), 0.001)))
+        except Exception as error:  # noqa: BLE001 - gloo says "timed out" as a RuntimeError
+            if time.monotonic() >= give_up - 0.05:
+                raise _timeout(op, peers, deadline) from error
+            raise RuntimeError(f"{op} with peer rank(s) {sorted(set(peers))} failed: {error}") from error
+
+
+def _poll(work, give_up: float, op: str, peers: Sequence[int], deadline: float) -> None:
     sleep = _POLL_S[0]
-    while not all(work.is_completed() for work in works):
+    while not work.is_completed():
         if time.monotonic() > give_up:
-            raise OperationTimeout(f"{op} with peer rank(s) {sorted(set(peers))} did not complete within "
-                                   f"the {deadline:.1f} s operation deadline (a peer died or hangs)")
+            raise _timeout(op, peers, deadline)
         time.sleep(sleep)
         sleep = min(sleep * 2, _POLL_S[1])
-    for work in works:
-        work.wait()  # completed: returns at once
+    work.wait()  # completed: returns at once
+
+
+def _timeout(op: str, peers: Sequence[int], deadline: float) -> OperationTimeout:
+    return OperationTimeout(f"{op} with peer rank(s) {sorted(set(peers))} did not complete within "
+                            f"the {deadline:.1f} s operation deadline (a peer died or hangs)")
 
 
 def watch(works: Sequence, op: str, peers: Sequence[int], posted: float) -> None:
@@ -70,4 +90,4 @@ def settle() -> None:
     with _lock:
         watched, _watched[:] = list(_watched), []
     for posted, works, op, peers in watched:
-        wait_all(works, op, peers, posted)
+        wait_all(works, op, peers, posted, poll=True)

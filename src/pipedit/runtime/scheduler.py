@@ -115,6 +115,7 @@ class _Run:
         if self.s.rebuild is None:
             raise RuntimeError(f"the rank group failed ({cause}) and this engine cannot rebuild it")
         self.s.rebuild()
+        self.deadlines.sent_op_s = None  # new ranks start at the floor: tell them again
         self.free = deque(self.layout.decode_ranks)
         self.shape_of = (None, None)
         self.broken = None
