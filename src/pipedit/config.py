@@ -158,7 +158,7 @@ class ReliabilityConfig:
     # max(op_deadline_floor_s, op_deadline_factor x the slowest denoise step measured so far).
     op_deadline_floor_s: float = 60.0
     op_deadline_factor: float = 10.0
-    group_timeout_s: float = 600.0  # torch.distributed's own timeout (rendezvous, NCCL watchdog)
+    group_timeout_s: float = 300.0  # torch.distributed's own timeout (rendezvous, NCCL watchdog)
     retries: int = 1  # a request that fails with the rank group is run again this many times
     rebuild_timeout_s: float = 600.0  # the most a rank group rebuild (actors start, models load) may take
 
