@@ -7,6 +7,7 @@ which pipelines denoising and decoding across requests.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -18,6 +19,8 @@ from .executor import create_executor
 from .layout import WorldLayout
 from .scheduler import EventCallback, Outcome, PipelineScheduler
 from .sequence_parallel import check_parallel_config
+
+_log = logging.getLogger(__name__)
 
 
 def resolve_model_path(path: str | None) -> Path:
@@ -45,7 +48,12 @@ class Engine:
     def rebuild(self) -> None:
         """Tears the rank group down (kills its processes, which also clears any stuck
         collective) and starts a new one with the same layout."""
-        self.executor.close()
+        old, self.executor = self.executor, None
+        if old is not None:  # None: a previous rebuild failed after closing it
+            try:
+                old.close()
+            except Exception:  # noqa: BLE001 - its processes may be gone already
+                _log.exception("closing the failed rank group")
         self.executor = self.scheduler.executor = create_executor(self.config, self._model_path, self.layout)
 
     def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
@@ -60,7 +68,8 @@ class Engine:
         return outcome
 
     def close(self) -> None:
-        self.executor.close()
+        if self.executor is not None:
+            self.executor.close()
 
     def __enter__(self) -> "Engine":
         return self

@@ -96,6 +96,8 @@ class DenoiseWorker(RankWorker):
             return None
         latents = job.latents.float()
         if self.layout.decode == 0:
+            faults.enter(phase="decode", prompt=job.request.prompt)
+            faults.check()
             frames = self.adapter.decode(job.latents)[0].cpu()
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
