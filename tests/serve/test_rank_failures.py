@@ -3,7 +3,8 @@ decode rank with Aco on and the p2p latent handoff. Each fault (a killed decode 
 denoise rank, a hung all-to-all, a denoise rank failing inside an Aco step, an OOM in decode),
 injected through PIPEDIT_FAULTS, ends with its request failed with the cause or retried and
 completed within BOUND_S, the job queued behind it completes, and /healthz answers 200 throughout,
-"degraded" while the group is rebuilt.
+"degraded" while the group is rebuilt (every fault but the OOM in decode, which leaves the group
+intact, so the request is retried on it).
 
 BOUND_S is generous: on two shared, heavily loaded CPU cores a rebuild (three rank processes start, import torch,
 load the demo model) takes seconds to tens of seconds; detection takes at most the operation
@@ -91,7 +92,7 @@ class HealthPoller:
         return times[-1] - times[0] if times else 0.0
 
 
-def _run_fault(url, marker):
+def _run_fault(url, marker, rebuilds=True):
     """Submits the faulty job and, right behind it, a normal one; returns the faulty job's final
     row, seconds to it, and the health poller."""
     with HealthPoller(url) as health:
@@ -107,8 +108,11 @@ def _run_fault(url, marker):
            if status != 200 or body.get("status") not in ("ok", "degraded")]
     assert bad == [], bad
     degraded = [body for _, _, body in health.answers if body["status"] == "degraded"]
-    assert degraded, "the rebuild was never reported as degraded"
-    assert "rebuilding the rank group after" in degraded[0]["reason"]
+    if not rebuilds:
+        assert degraded == [], "an intact rank group was rebuilt"
+    else:
+        assert degraded, "the rebuild was never reported as degraded"
+        assert "rebuilding the rank group after" in degraded[0]["reason"]
     assert health.answers[-1][2] == {"status": "ok"}
     print(f"\n{marker}: {final['status']} after {elapsed:.1f} s; degraded (rebuilding) for "
           f"{health.degraded_window():.1f} s")
@@ -117,7 +121,8 @@ def _run_fault(url, marker):
 
 @pytest.mark.parametrize("marker", ["KILL-DECODE", "KILL-DENOISE", "HANG-A2A", "OOM-DECODE"])
 def test_the_faulty_request_is_retried_and_completes(served, marker):
-    final, elapsed = _run_fault(served, marker)
+    # An OOM in the VAE leaves the decode rank intact (no transfer was under way): no rebuild.
+    final, elapsed = _run_fault(served, marker, rebuilds=marker != "OOM-DECODE")
     assert final["status"] == "completed", final.get("error")
     assert elapsed < BOUND_S
 

@@ -26,7 +26,11 @@ _watched: list[tuple[float, list, str, tuple[int, ...]]] = []  # (posted at, wor
 _lock = threading.Lock()
 
 
-class OperationTimeout(RuntimeError):
+class CommunicationError(RuntimeError):
+    """A collective or P2P transfer failed: its communicator's state is unknown from now on."""
+
+
+class OperationTimeout(CommunicationError):
     """A collective or P2P transfer did not complete within its deadline."""
 
 
@@ -60,7 +64,7 @@ def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | Non
         except Exception as error:  # noqa: BLE001 - gloo says "timed out" as a RuntimeError
             if time.monotonic() >= give_up - 0.05:
                 raise _timeout(op, peers, deadline) from error
-            raise RuntimeError(f"{op} with peer rank(s) {sorted(set(peers))} failed: {error}") from error
+            raise CommunicationError(f"{op} with peer rank(s) {sorted(set(peers))} failed: {error}") from error
 
 
 def _poll(work, give_up: float, op: str, peers: Sequence[int], deadline: float) -> None:

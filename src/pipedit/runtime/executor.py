@@ -14,6 +14,7 @@ from typing import Any
 
 from .. import faults
 from ..config import EngineConfig
+from ..distributed.deadline import CommunicationError
 from ..distributed.devices import check_distinct_gpus
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
@@ -117,8 +118,10 @@ class RayExecutor:
                 raise error.cause from None
             cause = error.cause if error.cause is not None else error
             self._calls.pop(ref, None)
+            # A decode that raised outside any transfer leaves its rank and every peer intact.
+            intact = method == "decode" and not isinstance(cause, CommunicationError)
             raise RankGroupError(f"rank {rank}{role} failed in {method}: {type(cause).__name__}: {cause}",
-                                 rank) from cause
+                                 rank, rebuild=not intact) from cause
         except ray.exceptions.RayActorError as error:
             self._calls.pop(ref, None)
             raise RankGroupError(f"rank {rank}{role} died during {method} (its process exited: "

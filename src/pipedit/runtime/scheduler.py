@@ -247,7 +247,7 @@ class _Run:
 
     def _failed(self, request, phase: str, error: BaseException) -> RequestFailure | None:
         """The failure to report, or None when the request is handed back to be retried."""
-        if isinstance(error, RankGroupError) and self.broken is None:
+        if isinstance(error, RankGroupError) and error.rebuild and self.broken is None:
             self.broken = error
         cancelled = isinstance(error, RequestCancelled)
         if not cancelled and self.retry(request, error):
