@@ -43,6 +43,7 @@ def test_faults_fire_only_where_every_selector_matches(monkeypatch):
     with pytest.raises(faults.InjectedFault, match="injected fail fault on rank 0 \\(denoise, step 1"):
         faults.check()
     faults.enter(phase="decode", prompt="anything")
+    faults.check(op="p2p")  # a fault without op does not fire where an operation is posted
     with pytest.raises(torch.OutOfMemoryError, match="injected oom fault"):
         faults.check()
 

@@ -10,7 +10,8 @@ selectors, all of which must match for the fault to fire:
 
 actions:   kill | hang | oom | fail
 selectors: rank=N (global rank), step=N (denoise step index, 0 = the first), phase=encode|denoise|decode,
-           op=all_to_all|all_gather|p2p (at the moment that operation is posted), prompt=TEXT (the
+           op=all_to_all|all_gather|p2p (where that operation is posted; faults without op fire
+           at the start of a phase or step, the decode's after its latents arrived), prompt=TEXT (the
            request's prompt contains TEXT), aco (only in steps that use Aco helpers),
            once (fires at most once per server: the executor hands every rank one state folder)
 
@@ -54,6 +55,8 @@ class Fault:
     once: bool = False
 
     def matches(self, where: dict) -> bool:
+        if (self.op is None) != (where.get("op") is None):
+            return False  # op faults fire where an operation is posted, the others at phase points
         for name in ("rank", "step", "phase", "op"):
             wanted = getattr(self, name)
             if wanted is not None and where.get(name) != wanted:

@@ -11,6 +11,7 @@ from ..adapter import attention_heads
 from ..attention.aco import AcoShape, plan_aco, serve_aco_calls
 from ..attention.kernels import AttentionKernel
 from ..distributed import deadline, p2p
+from ..distributed.deadline import CommunicationError
 from ..request import VideoRequest, VideoResult
 from .rank import RankWorker
 
@@ -29,7 +30,10 @@ class DecodeWorker(RankWorker):
         denoise rank 0 (p2p handoff: `latents` is None)."""
         faults.enter(phase="decode", prompt=request.prompt)
         if latents is None:
-            latents = self._receive_latents(request)
+            try:
+                latents = self._receive_latents(request)
+            except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
+                raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
         faults.check()
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
