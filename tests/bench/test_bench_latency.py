@@ -131,3 +131,11 @@ def test_interconnect_from_topology():
     assert interconnect(pcie, 2) == "pcie"
     assert interconnect("nvidia-smi not found", 0) == "unknown"
     assert interconnect("", 1) == "single GPU"
+
+
+def test_base_offload_moves_nothing_on_cpu(demo_checkpoint):
+    from pipedit.config import EngineConfig, ModelConfig
+    from pipedit.runtime.engine import Engine
+
+    with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint), device="cpu"))) as engine:
+        assert engine.executor.call("set_offload_idle", True) == [False]  # reported as offload_idle false
