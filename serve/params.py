@@ -23,6 +23,8 @@ _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 @dataclass(frozen=True)
 class ServiceLimits:
     max_queued: int = 16  # queued jobs beyond this get 429
+    max_queued_per_key: int = 8  # queued jobs of one API key beyond this get 429 (when keys are set)
+    max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -66,6 +68,7 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
         raise invalid(f"guidance_scale must be between 0 and {limits.max_guidance_scale}, got {guidance}",
                       "guidance_scale")
     seed = _bounded_int(given.get("seed", defaults.seed), "seed", 0, 2**63 - 1)
+    _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
     return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds)
 
@@ -128,6 +131,14 @@ def _bounded_int(value, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise invalid(f"{name} must be an integer between {low} and {high}, got {value!r}", name)
     return value
+
+
+def _check_cost(width: int, height: int, frames: int, steps: int, limits: ServiceLimits) -> None:
+    cost = width * height * frames * steps
+    if cost > limits.max_cost:
+        raise ApiError(400, f"this request costs {width}x{height} pixels x {frames} frames x {steps} steps = "
+                       f"{cost:,}; this server allows at most {limits.max_cost:,} per request: lower size, "
+                       f"num_frames (or seconds) or num_inference_steps", param="size", code="cost_too_high")
 
 
 def _check_shape(validate: ShapeValidator | None, shape: VideoShape, steps: int) -> None:

@@ -155,3 +155,6 @@ def add_bench_parser(sub) -> None:
     _add_pipeline(kinds)
     _add_handoff(kinds)
     _add_vae(kinds)
+    from .bench_load import add_load_parser
+
+    add_load_parser(kinds)

@@ -1,0 +1,37 @@
+"""`pipedit bench load`: 30 requests at concurrency 10 against a queue limit of 5 on the demo
+model: some are refused with 429, every accepted job ends, and no answer is a 5xx."""
+
+import json
+
+import pytest
+
+from pipedit.cli import main
+from pipedit.serve.params import ServiceLimits
+from serve_helpers import start
+
+
+@pytest.mark.slow
+def test_burst_against_a_queue_limit_of_five(demo_checkpoint, tmp_path, capsys):
+    running = start(demo_checkpoint, tmp_path, ServiceLimits(max_queued=5))
+    try:
+        code = main(["bench", "load", "--endpoint", running.url, "--requests", "30", "--concurrency", "10",
+                     "--steps", "1", "--size", "32x32", "--json", "--timeout", "300"])
+        figures = json.loads(capsys.readouterr().out)
+        print("bench load figures:", figures)
+        assert code == 0
+        assert figures["requests"] == 30 and figures["accepted"] + figures["rejected"] == 30
+        assert figures["rejected"] > 0 and figures["accepted"] >= 5
+        assert figures["succeeded"] == figures["accepted"] and figures["not_terminal"] == 0
+        assert figures["server_errors"] == 0 and figures["client_errors"] == 0
+        assert figures["p50_s"] <= figures["p90_s"] <= figures["p99_s"]
+        rows, _ = running.service.store.list(limit=100)
+        assert len(rows) == figures["accepted"] and {r.status for r in rows} == {"completed"}
+    finally:
+        running.close()
+
+
+def test_load_refuses_a_remote_endpoint_and_bad_counts(capsys):
+    assert main(["bench", "load", "--endpoint", "http://192.0.2.1:8000", "--requests", "1"]) == 2
+    assert "not on loopback" in capsys.readouterr().err
+    assert main(["bench", "load", "--endpoint", "http://127.0.0.1:1", "--concurrency", "0"]) == 2
+    assert "--concurrency must be at least 1" in capsys.readouterr().err
