@@ -104,6 +104,9 @@ def _frames(given: dict, fps: int, defaults: GenerationDefaults, limits: Service
     if "num_frames" in given:  # the exact count wins over a length in seconds
         frames = _bounded_int(given["num_frames"], "num_frames", 1, limits.max_frames)
     elif seconds is not None:
+        if seconds * fps > limits.max_frames + 4:  # also keeps huge lengths from overflowing below
+            raise invalid(f"seconds {given['seconds']} at {fps} fps makes more than {limits.max_frames} frames, "
+                          f"the most allowed", "seconds")
         frames = _frames_for(seconds, fps)
     else:
         frames = defaults.num_frames
@@ -117,7 +120,7 @@ def _seconds(value) -> float:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = float("nan")
-    if not seconds > 0:  # also rejects nan
+    if not 0 < seconds < float("inf"):  # also rejects nan
         raise invalid(f"seconds must be a positive number, got {value!r}", "seconds")
     return seconds
 

@@ -30,6 +30,9 @@ scalars = st.one_of(
 values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5), inner, max_size=3),
                       max_leaves=5)
 bodies = st.dictionaries(st.sampled_from(FIELDS + ["extra", "input_reference"]), values, max_size=8)
+# A valid prompt and one or two odd fields, so that the checks behind the schema see odd values.
+odd_fields = st.dictionaries(st.sampled_from([name for name in FIELDS if name != "prompt"]), scalars,
+                             min_size=1, max_size=2).map(lambda fields: {"prompt": "a fox", **fields})
 ids = st.text(min_size=1, max_size=40).filter(lambda s: s not in (".", ".."))
 
 
@@ -56,6 +59,13 @@ def _check(reply):
 @given(body=bodies)
 def test_create_with_random_fields(api, body):
     # json.dumps writes NaN and Infinity, which Python's JSON reader (the server's) accepts.
+    _check(call("POST", f"{api}/v1/videos", data=json.dumps(body).encode(),
+                headers={"Content-Type": "application/json"}))
+
+
+@settings(_SETTINGS, max_examples=3 * EXAMPLES)
+@given(body=odd_fields)
+def test_create_with_a_valid_prompt_and_odd_fields(api, body):
     _check(call("POST", f"{api}/v1/videos", data=json.dumps(body).encode(),
                 headers={"Content-Type": "application/json"}))
 
