@@ -14,11 +14,15 @@ def server(demo_checkpoint, tmp_path_factory):
 @pytest.fixture(scope="session")
 def postgres():
     """A PostgreSQL server for the session; skips (saying how to install it) where it is missing."""
-    from postgres_server import INSTALL_HINT, PostgresServer, find_binaries
+    from postgres_server import INSTALL_HINT, NO_ACCOUNT, PostgresServer, find_binaries, run_as
 
     bin_dir = find_binaries()
     if bin_dir is None:
         pytest.skip(INSTALL_HINT)
+    try:
+        run_as()
+    except KeyError:
+        pytest.skip(NO_ACCOUNT)
     server = PostgresServer(bin_dir).start()
     yield server
     server.stop()

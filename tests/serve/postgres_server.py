@@ -16,6 +16,15 @@ from pathlib import Path
 from pipedit.distributed.spawn import free_tcp_port
 
 INSTALL_HINT = "PostgreSQL server binaries (initdb, pg_ctl) not found: apt-get install -y postgresql"
+NO_ACCOUNT = "running as root without a 'postgres' account to run PostgreSQL as: apt-get install -y postgresql"
+
+
+def run_as() -> str | None:
+    """The account to run the server as: None (ourselves) unless we are root."""
+    if os.geteuid() != 0:
+        return None
+    pwd.getpwnam("postgres")  # KeyError: no such account
+    return "postgres"
 
 
 def find_binaries() -> Path | None:
@@ -30,7 +39,7 @@ def find_binaries() -> Path | None:
 class PostgresServer:
     def __init__(self, bin_dir: Path):
         self.bin_dir, self.port = bin_dir, free_tcp_port()
-        self.user = "postgres" if os.geteuid() == 0 else None
+        self.user = run_as()
         self.root = Path(tempfile.mkdtemp(prefix="pipedit-pg-"))
         if self.user:
             entry = pwd.getpwnam(self.user)
