@@ -52,8 +52,8 @@ class PipeditServer:
         self.config = config
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
                                     limits=limits_for(config), owner=_replica_owner())
-        engine = self.service.engine
-        engine.add_listener(EngineMetrics(lambda: engine.queue_length))
+        # The queue is the shared store's (the engine holds at most one waiting job per replica).
+        self.service.engine.add_listener(EngineMetrics(lambda: self.service.store.count("queued")))
 
     def __serve_build_asgi_app__(self):
         from .api import build_app
