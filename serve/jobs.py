@@ -222,6 +222,8 @@ class JobService:
             self._wake.clear()
 
     def _heartbeat(self) -> None:
+        if not self.engine.accepting:
+            return  # no renewal while the engine cannot work: the leases lapse and other replicas take over
         with self._lock:
             held = set(self._ours)
         lost = held - self.store.heartbeat(self.owner, held, self.lease_s)
@@ -248,7 +250,11 @@ class JobService:
                     p["prompt"], height=p["height"], width=p["width"], num_frames=p["num_frames"],
                     steps=p["num_inference_steps"], guidance_scale=p["guidance_scale"], seed=p["seed"],
                     request_id=record.id))
-            except RuntimeError:  # the engine is shutting down: close() hands the job back
+            except RuntimeError:  # the engine is shutting down: hand the job back at once
+                with self._lock:
+                    self._ours.pop(record.id, None)
+                    self._claimed_at.pop(record.id, None)
+                self.store.update_owned(record.id, self.owner, record.attempt, owner=None, lease_until=None)
                 return
 
     # -- engine side ----------------------------------------------------------------------

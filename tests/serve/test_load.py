@@ -35,3 +35,46 @@ def test_load_refuses_a_remote_endpoint_and_bad_counts(capsys):
     assert "not on loopback" in capsys.readouterr().err
     assert main(["bench", "load", "--endpoint", "http://127.0.0.1:1", "--concurrency", "0"]) == 2
     assert "--concurrency must be at least 1" in capsys.readouterr().err
+
+
+@pytest.fixture
+def idle_server(tmp_path):
+    from pipedit.config import GenerationDefaults
+    from pipedit.serve.api import build_app
+    from pipedit.serve.jobs import JobService
+    from pipedit.serve.store import JobStore
+    from serve_helpers import IdleEngine, serve_in_thread
+
+    service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",
+                         GenerationDefaults(64, 64, 5, 2), ServiceLimits(max_queued=100))
+    url, stop = serve_in_thread(build_app(service))
+    yield url, service
+    stop()
+    service.close()
+    service.store.close()
+
+
+def test_load_fails_when_accepted_jobs_never_end_and_honours_duration(idle_server, capsys):
+    url, _ = idle_server
+    code = main(["bench", "load", "--endpoint", url, "--requests", "4", "--concurrency", "4", "--timeout", "1",
+                 "--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert code == 1 and figures["accepted"] == figures["not_terminal"] == 4 and figures["p50_s"] is None
+    from pipedit.bench_load import run_load
+
+    report = run_load(url, requests=50, concurrency=1, duration=0.5, timeout=0.2)
+    assert 1 <= report.requests < 50 and not report.ok
+
+
+def test_load_counts_5xx_answers(idle_server):
+    from pipedit.bench_load import run_load
+
+    url, service = idle_server
+
+    def crash(*_args):
+        raise RuntimeError("boom")
+
+    service.create = crash
+    report = run_load(url, requests=3, concurrency=3, timeout=5)
+    assert report.server_errors == 3 and report.accepted == 0 and not report.ok
+    assert "5xx 3" in report.text() and "FAILED" in report.text()
