@@ -137,3 +137,21 @@ def test_both_replicas_take_jobs_and_a_closing_one_hands_its_jobs_back(store_url
             service.close()
         for service in (a, b):
             service.store.close()
+
+
+def test_a_replica_whose_engine_stopped_lets_its_job_go_to_another(store_url, tmp_path):
+    a = _replica(store_url, tmp_path, "replica-a")
+    b = None
+    try:
+        video_id = a.create(VideoCreateParams(prompt="stuck on a", size="8x8")).id
+        wait_for(lambda: a.engine.running == video_id, timeout=10)
+        a.engine.freeze()
+        a.engine.accepting = False  # e.g. its rank group is gone: a stops renewing, and takes nothing new
+        b = _replica(store_url, tmp_path, "replica-b")
+        wait_for(lambda: b.store.get(video_id).status == "completed", timeout=15)
+        assert (b.store.get(video_id).owner, b.store.get(video_id).attempt) == ("replica-b", 2)
+    finally:
+        for service in (a, b):
+            if service is not None:
+                service.close()
+                service.store.close()
