@@ -19,7 +19,7 @@ from serve_helpers import IdleEngine, call, serve_in_thread
 
 FIELDS = list(VideoCreateParams.model_fields)
 EXAMPLES = 120  # per test; the four tests together run in well under a minute
-_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True,
+_SETTINGS = settings(max_examples=EXAMPLES, deadline=None, derandomize=True, database=None,
                      suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture])
 
 scalars = st.one_of(
