@@ -112,3 +112,36 @@ def test_unknown_columns_and_the_id_cannot_be_updated(tmp_path):
         with pytest.raises(ValueError, match="cannot update"):
             store.update_owned("video_0", "me", 1, **fields)
     store.close()
+
+
+def _claim_all_in_a_process(url, name, results, start):
+    store = JobStore(url)
+    taken = []
+    start.wait(timeout=60)  # all processes claim at the same time
+    while (record := store.claim(name, 30)) is not None:
+        taken.append(record.id)
+        time.sleep(0.01)
+    results.put((name, taken))
+    store.close()
+
+
+@pytest.mark.slow
+def test_claimers_in_separate_processes_never_share_a_job(store_url):
+    import multiprocessing
+
+    _fill(seed := JobStore(store_url), 30)
+    context = multiprocessing.get_context("spawn")
+    results, start = context.Queue(), context.Barrier(3)
+    workers = [context.Process(target=_claim_all_in_a_process, args=(store_url, f"p{i}", results, start))
+               for i in range(3)]
+    for worker in workers:
+        worker.start()
+    taken = dict(results.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    everything = sorted(job for ids in taken.values() for job in ids)
+    assert everything == [f"video_{i:02d}" for i in range(30)]  # each exactly once, across processes
+    assert all(seed.get(job).owner == name for name, ids in taken.items() for job in ids)
+    assert sum(1 for ids in taken.values() if ids) >= 2  # they did compete
+    seed.close()
