@@ -53,7 +53,7 @@ def test_an_absent_peer_fails_the_operation_at_its_deadline():
         assert message.startswith(f"{op} with peer rank(s) [0")
         assert f"{DEADLINE_S:.1f} s operation deadline" in message
         # Generous: the deadline plus scheduling noise on a loaded machine, far below any group timeout.
-        assert DEADLINE_S <= seconds < DEADLINE_S + 1.5, seconds
+        assert DEADLINE_S - 0.05 <= seconds < DEADLINE_S + 1.5, seconds  # gloo may wake a hair early
 
 
 def test_settle_reports_a_watched_operation_past_its_deadline():
