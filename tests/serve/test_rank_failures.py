@@ -1,6 +1,7 @@
 """Rank group failures on a served engine (Ray actors, gloo): 2 denoise ranks (Ulysses) and 1
 decode rank with Aco on and the p2p latent handoff. Each fault (a killed decode rank, a killed
-denoise rank, a hung all-to-all, a denoise rank failing inside an Aco step, an OOM in decode),
+denoise rank, a hung all-to-all, a denoise rank failing inside an Aco step, an OOM in decode, a
+decode hanging outside any transfer),
 injected through PIPEDIT_FAULTS, ends with its request failed with the cause or retried and
 completed within BOUND_S, the job queued behind it completes, and /healthz answers 200 throughout,
 "degraded" while the group is rebuilt (every fault but the OOM in decode, which leaves the group
@@ -34,6 +35,7 @@ FAULTS = ",".join([
     "hang:op=all_to_all:rank=0:step=1:prompt=HANG-A2A:once",
     "fail:phase=denoise:rank=0:aco:prompt=ACO-FAIL",  # every attempt: the job ends failed
     "oom:phase=decode:prompt=OOM-DECODE:once",
+    "hang:phase=decode:prompt=HANG-DECODE:once",  # outside any collective: the driver's decode deadline
 ])
 
 
@@ -119,7 +121,7 @@ def _run_fault(url, marker, rebuilds=True):
     return final, elapsed
 
 
-@pytest.mark.parametrize("marker", ["KILL-DECODE", "KILL-DENOISE", "HANG-A2A", "OOM-DECODE"])
+@pytest.mark.parametrize("marker", ["KILL-DECODE", "KILL-DENOISE", "HANG-A2A", "OOM-DECODE", "HANG-DECODE"])
 def test_the_faulty_request_is_retried_and_completes(served, marker):
     # An OOM in the VAE leaves the decode rank intact (no transfer was under way): no rebuild.
     final, elapsed = _run_fault(served, marker, rebuilds=marker != "OOM-DECODE")
