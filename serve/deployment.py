@@ -14,7 +14,11 @@ and runs its job; see serve/store.py).
 
 from __future__ import annotations
 
+import os
+
 from ray import serve
+
+from pipedit import faults
 
 from pipedit.config import EngineConfig, load_config
 
@@ -33,11 +37,14 @@ def deployment_options(config: EngineConfig) -> dict:
     a multi-rank engine puts its rank actors into the replica's placement group."""
     gpu = config.model.device_type() == "cuda"
     ranks = _world_size(config)
+    # The fault injection switch goes from the server's environment to the replica (which hands
+    # it to its rank actors), also on a cluster whose workers do not share that environment.
+    env = {"runtime_env": {"env_vars": {faults.ENV: os.environ[faults.ENV]}}} if os.environ.get(faults.ENV) else {}
     if ranks == 1:
-        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1 if gpu else 0}}
+        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1 if gpu else 0, **env}}
     rank_bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
     return {
-        "ray_actor_options": {"num_cpus": 1},
+        "ray_actor_options": {"num_cpus": 1, **env},
         "placement_group_bundles": [{"CPU": 1}] + [rank_bundle] * ranks,
         "placement_group_strategy": "STRICT_PACK",
     }

@@ -62,3 +62,21 @@ def test_off_by_default(monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
     faults.enter(phase="decode", prompt="p")
     faults.check()
+
+
+def test_the_switch_travels_from_the_server_environment_to_replicas_and_ranks(monkeypatch):
+    from pipedit.config import EngineConfig, ParallelConfig
+    from pipedit.runtime.executor import _fault_env
+    from pipedit.serve.deployment import deployment_options
+
+    config = EngineConfig(parallel=ParallelConfig(ulysses=2))
+    monkeypatch.delenv(faults.ENV, raising=False)
+    assert _fault_env() == {} and "runtime_env" not in deployment_options(config)["ray_actor_options"]
+    monkeypatch.setenv(faults.ENV, "kill:rank=1:step=2")
+    ranks_env = _fault_env()
+    assert ranks_env[faults.ENV] == "kill:rank=1:step=2" and ranks_env[faults.ONCE_DIR_ENV]
+    replica = deployment_options(config)["ray_actor_options"]["runtime_env"]["env_vars"]
+    assert replica == {faults.ENV: "kill:rank=1:step=2"}
+    monkeypatch.setenv(faults.ENV, "kill:rank=x")
+    with pytest.raises(UserInputError, match="rank must be an integer"):
+        _fault_env()  # a typo fails the engine's start
