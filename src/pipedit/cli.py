@@ -93,6 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench_cli import add_bench_parser
     from .check_node_cli import add_check_node_parser
     from .env_cli import add_env_parser
+    from .plan_cli import add_plan_parser
     from .render.cli import add_render_parser
     from .serve_cli import add_serve_parser
 
@@ -101,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_node_parser(sub)
     add_env_parser(sub)
     add_render_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 

@@ -13,8 +13,11 @@ Efficiency factors are per GPU kind, never per model or shape (assumptions, with
 - matmul: large bf16 GEMMs reach 60-70% of the dense peak on datacenter parts (cuBLAS
   benchmarks); 0.6 assumed. L40 and A6000 are power-capped (300 W): sustained clocks under
   tensor load sit well below the boost clock the peak is quoted at; L40 0.45, A6000 0.55.
-- attention: FlashAttention-2 reaches ~50-70% of peak on H100 (FA2/FA3 papers) and less on
-  Ampere/Ada parts; 0.5 H100/H200, 0.45 A6000, 0.3 L40 (FA2 on Ada is tuned less; lower clocks).
+- attention: FlashAttention-2 reaches 35% of peak on H100 (the FlashAttention-3 paper, which
+  pipedit does not use) and 50-70% on A100; 0.35 H100/H200, 0.45 A6000 (Ampere, as A100 but
+  power-capped), 0.3 L40 (FA2 on Ada is tuned less; lower clocks). Sanity check, not a fit:
+  HunyuanVideo 1280x720x129, 50 steps predicts ~1700 s on 1 H100 and ~240 s on 8 (xDiT's docs
+  measure 1904 s and 338 s).
 - conv3d (VAE decode): cuDNN 3D convolutions in bf16 reach ~25-35% of peak; 0.25 assumed on all.
 - memory-bound elementwise ops (norms, modulation, RoPE, gating): 70% of datasheet bandwidth.
 - collectives: NCCL all-to-all reaches ~80% of NVLink bandwidth; over PCIe without NVLink an
@@ -63,9 +66,9 @@ PROFILES: dict[str, GpuProfile] = {
     "a6000": GpuProfile("RTX A6000 48GB", 154.8e12, 768 * GB, 48 * GB, eff_matmul=0.55, eff_attention=0.45,
                         eff_conv=0.25, nvlink_bandwidth=0.8 * 56 * GB, nvlink_pairs_only=True),
     "l40": GpuProfile("L40 48GB", 181e12, 864 * GB, 48 * GB, eff_matmul=0.45, eff_attention=0.3, eff_conv=0.25),
-    "h100": GpuProfile("H100 SXM 80GB", 989e12, 3350 * GB, 80 * GB, eff_matmul=0.6, eff_attention=0.5,
+    "h100": GpuProfile("H100 SXM 80GB", 989e12, 3350 * GB, 80 * GB, eff_matmul=0.6, eff_attention=0.35,
                        eff_conv=0.25, nvlink_bandwidth=0.8 * 450 * GB, pcie_bandwidth=24e9, host_bandwidth=48e9),
-    "h200": GpuProfile("H200 SXM 141GB", 989e12, 4800 * GB, 141 * GB, eff_matmul=0.6, eff_attention=0.5,
+    "h200": GpuProfile("H200 SXM 141GB", 989e12, 4800 * GB, 141 * GB, eff_matmul=0.6, eff_attention=0.35,
                        eff_conv=0.25, nvlink_bandwidth=0.8 * 450 * GB, pcie_bandwidth=24e9, host_bandwidth=48e9),
 }
 
