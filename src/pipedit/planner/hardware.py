@@ -131,3 +131,13 @@ def node(gpu: str, gpus: int, interconnect: str) -> Node:
     return Node(prof, gpus, interconnect)
 
 
+
+
+def profile_for_gpu_name(gpu_name: str) -> str | None:
+    """The profile key for a GPU model name as the driver reports it ("NVIDIA H100 80GB HBM3"),
+    None when no profile matches."""
+    name = gpu_name.upper().replace(" ", "")
+    for key in ("h200", "h100", "l40", "a6000"):
+        if key.upper() in name and not (key == "l40" and "L40S" in name):
+            return key
+    return None

@@ -167,3 +167,9 @@ def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpe
                        latent_channels=int(dit["in_channels"]), vae={**WFVAE, **vae})
     return replace(spec, dit_params=params or spec.dit_params,
                    vae_params=_param_count(root / "vae") or spec.vae_params)
+
+
+def family_of(path: str | Path) -> str:
+    """The model family of a checkpoint, from its model_index.json pipeline class."""
+    index = _read(Path(path) / "model_index.json")
+    return "opensora-plan" if "opensora" in str(index.get("_class_name", "")).lower() else "hunyuan-video"
