@@ -19,10 +19,12 @@ def _row(index: str, x: Prediction, problem: Problem) -> str:
 def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Prediction], top: int) -> str:
     m, n, s = problem.model, problem.node, problem.shape
     limit = problem.limit_s()
-    head = (f"{m.name} on {n.gpus}x {n.gpu.name} ({n.interconnect}), {s.width}x{s.height}x{s.frames}, "
+    links = "gloo" if n.gpu.host_cores else n.interconnect
+    peak = f"{n.gpu.peak_flops / 1e12:.1f} TFLOPS" if n.gpu.peak_flops >= 1e12 else f"{n.gpu.peak_flops / 1e9:.1f} GFLOPS"
+    head = (f"{m.name} on {n.gpus}x {n.gpu.name} ({links}), {s.width}x{s.height}x{s.frames}, "
             f"{problem.steps} steps, {problem.prompts} prompt(s)\n"
-            f"physical limit: {limit:.2f} s per request = DiT FLOPs at {n.gpus} x "
-            f"{n.gpu.peak_flops / 1e12:.1f} TFLOPS dense peak ({limit * problem.prompts:.2f} s for the batch)\n")
+            f"physical limit: {limit:.2f} s per request = DiT FLOPs at {n.gpus} x {peak} dense peak "
+            f"({limit * problem.prompts:.2f} s for the batch)\n")
     columns = (f"{'rank':>4} {'decode':>6} {'uxr':>5} {'pipesp':>6} {'aco':>4} {'tiling':>6} "
                f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'vs limit':>9}")
     lines = [head, columns, "-" * len(columns)]
