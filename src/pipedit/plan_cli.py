@@ -53,13 +53,51 @@ def _model(args):
     return from_checkpoint(args.model_path, args.model)
 
 
-def _node(args, gpus: int):
-    from .planner.hardware import PROFILES, node
+def _profile(args, model, shape, steps: int):
+    """The GPU profile; for `--gpu this --model-path DIR`, scaled to a measured one-rank request of
+    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape)."""
+    from .planner.hardware import profile
 
-    interconnect = args.interconnect
-    if interconnect is None:
-        interconnect = "nvlink" if PROFILES.get(args.gpu) and PROFILES[args.gpu].nvlink_bandwidth else "pcie"
-    return node(args.gpu, gpus, interconnect)
+    prof = profile(args.gpu)
+    if args.gpu != "this" or not args.model_path:
+        return prof
+    import sys
+
+    from .config import EngineConfig, ModelConfig
+    from .planner.calibrate import scaled_to_model
+    from .request import VideoRequest
+    from .runtime.calibration import request_times
+
+    config = EngineConfig(model=ModelConfig(path=args.model_path, device="cpu", dtype="float32"))
+    request = VideoRequest("calibration: a red fox running through snow", height=shape.height, width=shape.width,
+                           num_frames=shape.frames, steps=steps)
+    print(f"pipedit plan: one-rank request of {args.model_path} at {shape.width}x{shape.height}x{shape.frames} "
+          f"(measured once, cached) ...", file=sys.stderr, flush=True)
+    t_denoise, t_decode = request_times(config, args.model_path, request)
+    return scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+
+
+def _node(args, prof, gpus: int):
+    from .planner.hardware import make_node, node
+
+    interconnect = args.interconnect or ("nvlink" if prof.nvlink_bandwidth else "pcie")
+    if args.gpu != "this":
+        node(args.gpu, gpus, interconnect)  # checks the flags
+    return make_node(prof, gpus, interconnect)
+
+
+def _compare(args, model) -> int:
+    from .errors import UserInputError
+    from .planner.compare import compare, format_compared, read_cells
+    from .planner.cost import Shape
+
+    cells = read_cells(args.compare)
+    if not cells:
+        raise UserInputError(f"--compare {args.compare}: no measured cells without failures")
+    first = cells[0]
+    prof = _profile(args, model, Shape(first["height"], first["width"], first["frames"]), first["steps"])
+    print(format_compared(compare(cells, model, lambda ranks: _node(args, prof, ranks))))
+    return 0
 
 
 def _run_plan(args) -> int:
@@ -71,16 +109,14 @@ def _run_plan(args) -> int:
     _check(args)
     model = _model(args)
     if args.compare:
-        from .planner.compare import compare, format_compared, read_cells
-
-        print(format_compared(compare(read_cells(args.compare), model, lambda ranks: _node(args, ranks))))
-        return 0
+        return _compare(args, model)
     from .planner.cost import Shape
     from .planner.report import engine_config_yaml, plan_table
     from .planner.search import Problem, rank
 
-    problem = Problem(model, _node(args, args.gpus), Shape(args.height, args.width, args.frames), args.steps,
-                      args.prompts)
+    shape = Shape(args.height, args.width, args.frames)
+    prof = _profile(args, model, shape, args.steps)
+    problem = Problem(model, _node(args, prof, args.gpus), shape, args.steps, args.prompts)
     fitting, too_big = rank(problem)
     print(plan_table(problem, fitting, too_big, args.top))
     if args.write:

@@ -132,3 +132,25 @@ def this_machine(remeasure: bool = False) -> GpuProfile:
         partial.write_text(json.dumps(cache, indent=1))
         partial.replace(file)
     return GpuProfile(**cache[key])
+
+
+def scaled_to_model(profile: GpuProfile, model, shape, steps: int, t_denoise: float, t_decode: float) -> GpuProfile:
+    """This machine's profile with compute rates that reproduce a measured one-rank request of
+    `model` at `shape` (T_denoise for `steps` steps, T_decode).
+
+    Small models on CPUs run far below the microbenchmarks' rates (per-op overhead dominates), so
+    `--gpu this --model-path DIR` scales the DiT's rates (matmul, attention, elementwise, launch)
+    by one factor and the VAE's convolution rate by another, from one measurement of that
+    checkpoint; communication keeps the measured gloo figures.
+    """
+    from dataclasses import replace
+
+    from .cost import Layout, decode_seconds, step_seconds
+    from .hardware import make_node
+
+    one = make_node(profile, 1, "pcie")
+    dit = (t_denoise / steps) / step_seconds(model, shape, one, Layout())
+    vae = t_decode / decode_seconds(model, shape, one, tiled=False)
+    return replace(profile, eff_matmul=profile.eff_matmul / dit, eff_attention=profile.eff_attention / dit,
+                   eff_memory=profile.eff_memory / dit, launch_s=profile.launch_s * dit,
+                   eff_conv=profile.eff_conv / vae, name=f"{profile.name.split(' (')[0]} (scaled to the model's one-rank run)")

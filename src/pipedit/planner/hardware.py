@@ -119,7 +119,10 @@ def node(gpu: str, gpus: int, interconnect: str) -> Node:
         raise UserInputError(f"--interconnect must be one of {', '.join(INTERCONNECTS)}, got {interconnect!r}")
     if gpus < 1:
         raise UserInputError(f"--gpus must be at least 1, got {gpus}")
-    prof = profile(gpu)
+    return make_node(profile(gpu), gpus, interconnect)
+
+
+def make_node(prof: GpuProfile, gpus: int, interconnect: str) -> Node:
     if prof.host_cores:
         # CPU ranks share the cores: each runs cores // ranks threads (pipedit.runtime.rank), or
         # time-shares one core when there are more ranks than cores.
