@@ -128,3 +128,24 @@ def test_validate_paper_prints_sixteen_rows_and_the_tally(capsys):
     assert len(rows) == 16
     tally = re.fullmatch(r"(\d+) of 16 predicted speedups within 25% of the paper's", lines[-1])
     assert tally and int(tally.group(1)) >= 12
+
+
+def _cell(method, decode, ulysses, chunk, aco, batch):
+    return {"method": method, "width": 960, "height": 544, "frames": 65, "steps": 30, "prompts": 4, "ranks": 8,
+            "layout": {"ulysses": ulysses, "ring": 1, "decode_ranks": decode, "pipesp_chunk": chunk, "aco": aco,
+                       "offload_idle": False},
+            "batch_time_s": batch, "failures": []}
+
+
+def test_compare_prints_predicted_beside_measured(demo_checkpoint, tmp_path, capsys):
+    report = {"cells": [_cell("base", 0, 8, None, False, 100.0), _cell("dedivae", 2, 6, None, False, 80.0),
+                        _cell("all", 2, 6, 1, True, 70.0)]}
+    path = tmp_path / "latency.json"
+    path.write_text(__import__("json").dumps(report))
+    assert main(["plan", "--gpu", "h100", "--model-path", str(demo_checkpoint), "--compare", str(path)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in lines[2:5]] == ["base", "dedivae", "all"]
+    assert re.fullmatch(r"\d of 3 cells predicted within 30% of the measured batch time", lines[5])
+    assert lines[6].startswith("960x544x65, 30 steps: planner picks ")
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["plan", "--gpu", "h100", "--compare", str(tmp_path / "bad.json")]) == 2
