@@ -24,7 +24,8 @@ def test_the_cached_profile_is_used_without_measuring(tmp_path, monkeypatch):
 
 def test_cpu_ranks_share_the_cores():
     one, two, four = (make_node(FAKE, n, "pcie").gpu.peak_flops for n in (1, 2, 4))
-    assert one == 2 * FAKE.peak_flops and two == FAKE.peak_flops and four == FAKE.peak_flops / 2
+    assert one == two == FAKE.peak_flops and four == FAKE.peak_flops / 2
+    assert make_node(FAKE, 4, "pcie").alone().gpu.peak_flops == FAKE.peak_flops
 
 
 def test_scaled_profile_reproduces_the_measured_one_rank_request(demo_checkpoint):
