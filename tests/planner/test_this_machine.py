@@ -12,7 +12,8 @@ from pipedit.planner.models import from_checkpoint
 
 FAKE = GpuProfile("this machine (2 CPU cores, measured)", peak_flops=4e10, mem_bandwidth=5e9, memory=16e9,
                   eff_matmul=1.0, eff_attention=0.4, eff_conv=0.1, eff_memory=1.0, launch_s=5e-6,
-                  pcie_bandwidth=1e9, pcie_latency_s=1e-3, host_cores=2, calibrated=True)
+                  pcie_bandwidth=1e9, pcie_latency_s=1e-3, host_cores=2, calibrated=True,
+                  crowded_bandwidth=2e8, crowded_latency_s=5e-3)
 
 
 def test_the_cached_profile_is_used_without_measuring(tmp_path, monkeypatch):
@@ -26,6 +27,8 @@ def test_cpu_ranks_share_the_cores():
     one, two, four = (make_node(FAKE, n, "pcie").gpu.peak_flops for n in (1, 2, 4))
     assert one == two == FAKE.peak_flops and four == FAKE.peak_flops / 2
     assert make_node(FAKE, 4, "pcie").alone().gpu.peak_flops == FAKE.peak_flops
+    # Collectives among more ranks than cores use the crowded measurement.
+    assert make_node(FAKE, 2, "pcie").latency(2) == 1e-3 and make_node(FAKE, 3, "pcie").latency(3) == 5e-3
 
 
 def test_scaled_profile_reproduces_the_measured_one_rank_request(demo_checkpoint):

@@ -30,7 +30,7 @@ def _cache_file():
 def _key() -> str:
     import torch
 
-    return f"{platform.node()}|{os.cpu_count()}|{torch.__version__}"
+    return f"v2|{platform.node()}|{os.cpu_count()}|{torch.__version__}"
 
 
 def _rate(fn, work: float, repeats: int = 5) -> float:
@@ -88,23 +88,26 @@ def _alltoall_rank(rank: int, world: int) -> dict:
     return results
 
 
-def _gloo_rates() -> dict:
+def _gloo_rates(world: int) -> dict:
     from pipedit.distributed.spawn import run_on_gloo_ranks
 
-    measured = run_on_gloo_ranks(_alltoall_rank, 2, timeout_s=120.0)[0]
+    measured = run_on_gloo_ranks(_alltoall_rank, world, timeout_s=120.0)[0]
     latency = measured["small"]
     return {"bandwidth": measured["bytes"] / max(1e-9, measured["large"] - latency), "latency": latency}
 
 
 def measure() -> GpuProfile:
     rates = _compute_rates()
-    gloo = _gloo_rates()
+    gloo = _gloo_rates(2)
+    # More ranks than cores: a collective waits for descheduled peers (measured, not modelled).
+    crowded = _gloo_rates((os.cpu_count() or 1) + 1)
     return GpuProfile(
         name=f"this machine ({os.cpu_count()} CPU cores, measured)", peak_flops=rates["matmul"],
         mem_bandwidth=rates["copy"], memory=_host_memory(), eff_matmul=1.0,
         eff_attention=rates["attention"] / rates["matmul"], eff_conv=rates["conv"] / rates["matmul"],
         eff_memory=1.0, launch_s=rates["launch"], pcie_bandwidth=gloo["bandwidth"],
         pcie_latency_s=gloo["latency"], host_bandwidth=rates["copy"], host_cores=os.cpu_count() or 1,
+        crowded_bandwidth=crowded["bandwidth"], crowded_latency_s=crowded["latency"],
         calibrated=True,
     )
 

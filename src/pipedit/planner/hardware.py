@@ -59,6 +59,8 @@ class GpuProfile:
     host_bandwidth: float = 24e9  # node aggregate for CPU offload copies
     calibrated: bool = False  # measured on this machine (the "this" profile)
     host_cores: int = 0  # CPU "GPUs": the cores that all ranks share; 0 on real GPUs
+    crowded_bandwidth: float = 0.0  # CPU ranks: collectives with more ranks than cores
+    crowded_latency_s: float = 0.0
 
 
 GB = 1e9
@@ -134,6 +136,8 @@ def make_node(prof: GpuProfile, gpus: int, interconnect: str) -> Node:
         # models CPUs run are bound by per-op overhead, which threads do not shorten.
         share = min(1.0, prof.host_cores / gpus)
         shared = replace(prof, peak_flops=prof.peak_flops * share, mem_bandwidth=prof.mem_bandwidth * share)
+        if gpus > prof.host_cores and prof.crowded_latency_s:
+            shared = replace(shared, pcie_bandwidth=prof.crowded_bandwidth, pcie_latency_s=prof.crowded_latency_s)
         return Node(shared, gpus, "pcie", alone_profile=prof)
     if interconnect == "nvlink" and not prof.nvlink_bandwidth:
         raise UserInputError(f"{prof.name} has no NVLink; use --interconnect pcie")
