@@ -82,11 +82,6 @@ class Node:
     gpu: GpuProfile
     gpus: int
     interconnect: str  # "nvlink" or "pcie"
-    alone_profile: GpuProfile | None = None  # CPU ranks: the rates of a rank that runs alone
-
-    def alone(self) -> "Node":
-        """The node as seen by one rank working while the others wait (a sequential decode)."""
-        return replace(self, gpu=self.alone_profile) if self.alone_profile else self
 
     def collective_bandwidth(self, group: int) -> float:
         """Bytes/s each way per GPU for an all-to-all or ring exchange among `group` GPUs."""
@@ -131,14 +126,16 @@ def node(gpu: str, gpus: int, interconnect: str) -> Node:
 
 def make_node(prof: GpuProfile, gpus: int, interconnect: str) -> Node:
     if prof.host_cores:
-        # CPU ranks share the cores: more busy ranks than cores time-share them. A rank's extra
+        # CPU ranks share the cores: more ranks than cores time-share them, even when only one
+        # computes (measured with the demo model on 3 ranks over 2 cores: a sequential decode on
+        # rank 0 took as long as a DeDiVAE decode beside two denoising ranks). A rank's extra
         # threads (pipedit.runtime.rank gives it cores // ranks) are not counted: the small
         # models CPUs run are bound by per-op overhead, which threads do not shorten.
         share = min(1.0, prof.host_cores / gpus)
         shared = replace(prof, peak_flops=prof.peak_flops * share, mem_bandwidth=prof.mem_bandwidth * share)
         if gpus > prof.host_cores and prof.crowded_latency_s:
             shared = replace(shared, pcie_bandwidth=prof.crowded_bandwidth, pcie_latency_s=prof.crowded_latency_s)
-        return Node(shared, gpus, "pcie", alone_profile=prof)
+        return Node(shared, gpus, "pcie")
     if interconnect == "nvlink" and not prof.nvlink_bandwidth:
         raise UserInputError(f"{prof.name} has no NVLink; use --interconnect pcie")
     return Node(prof, gpus, interconnect)

@@ -68,8 +68,7 @@ def timings(p: Problem, c: Candidate) -> Timings:
         gpus = c.ulysses * c.ring
         moved = (m.text_params * 2, m.dit_params * m.dit_bytes_per_param, m.vae_params * 2)
         offload = tuple(2 * n.offload_s(size, gpus) for size in moved)  # onto the GPUs and back
-    decoder = n if c.decode_ranks else n.alone()  # sequential: the other ranks wait meanwhile
-    return Timings(steps=p.steps, step_s=step, decode_s=decode_seconds(m, s, decoder, c.tiled),
+    return Timings(steps=p.steps, step_s=step, decode_s=decode_seconds(m, s, n, c.tiled),
                    text_s=text_seconds(m, n), step_aco_s=aco_step,
                    handoff_s=handoff_seconds(m, s, n) if c.decode_ranks else 0.0,
                    decode_ranks=c.decode_ranks, text_on_vae=text_on_vae(m, c.decode_ranks), offload_s=offload)
