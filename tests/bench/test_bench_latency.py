@@ -1,5 +1,6 @@
 """`pipedit bench latency`: a tiny real run (demo model, 2 Ray/gloo ranks) checks that the report
-is complete and self-consistent; flag errors; the method layouts. No timing assertions."""
+is complete and self-consistent (slow: three engines start, ~1-2 min on 2 cores); flag errors; the
+method layouts. No timing assertions."""
 
 import json
 
@@ -25,6 +26,7 @@ def tiny_run(ray_session, demo_checkpoint, tmp_path_factory):
     return out, json.loads((out / "latency.json").read_text())
 
 
+@pytest.mark.slow
 def test_every_cell_is_present_and_consistent(tiny_run):
     _, report = tiny_run
     assert [c["method"] for c in report["cells"]] == METHODS
@@ -44,6 +46,7 @@ def test_every_cell_is_present_and_consistent(tiny_run):
         assert set(cell["layout"]) >= {"ulysses", "ring", "decode_ranks", "pipesp_chunk", "aco"}
 
 
+@pytest.mark.slow
 def test_each_method_ran_its_layout(tiny_run):
     _, report = tiny_run
     cells = {c["method"]: c for c in report["cells"]}
@@ -55,6 +58,7 @@ def test_each_method_ran_its_layout(tiny_run):
     assert cells["aco"]["aco_steps"] > 0  # the first request denoises while no decode is in flight
 
 
+@pytest.mark.slow
 def test_environment_and_settings(tiny_run):
     _, report = tiny_run
     env, settings = report["environment"], report["settings"]
@@ -64,6 +68,7 @@ def test_environment_and_settings(tiny_run):
     assert "not counted" in settings["warmup"] and "VmHWM" in settings["peak_memory"]
 
 
+@pytest.mark.slow
 def test_markdown_and_png(tiny_run):
     out, report = tiny_run
     rows = [line for line in (out / "latency.md").read_text().splitlines() if line.startswith("| ")]
@@ -126,3 +131,11 @@ def test_interconnect_from_topology():
     assert interconnect(pcie, 2) == "pcie"
     assert interconnect("nvidia-smi not found", 0) == "unknown"
     assert interconnect("", 1) == "single GPU"
+
+
+def test_base_offload_moves_nothing_on_cpu(demo_checkpoint):
+    from pipedit.config import EngineConfig, ModelConfig
+    from pipedit.runtime.engine import Engine
+
+    with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint), device="cpu"))) as engine:
+        assert engine.executor.call("set_offload_idle", True) == [False]  # reported as offload_idle false

@@ -115,9 +115,14 @@ def _run_method(config: EngineConfig, method: str, settings: LatencySettings, ce
 
     bar.set_postfix_str(f"{method}: starting {settings.ranks} rank(s)")
     with Engine(config) as engine:
-        world = engine.layout.world_size
+        world, layout = engine.layout.world_size, engine.layout
         offload = method == "base" and settings.base_offload and any(
             engine.executor.call("set_offload_idle", True))
+        tqdm.write(f"{method}: {layout.denoise} denoise rank(s) (ulysses {layout.ulysses} x ring {layout.ring}, "
+                   f"pipesp_chunk {engine.parallel.pipesp_chunk}), {layout.decode} decode rank(s), "
+                   f"aco {'on' if layout.aco and method in ACO else 'off'}"
+                   + (f", offload {'on' if offload else 'requested, a no-op here'}" if settings.base_offload and
+                      method == "base" else ""), file=sys.stderr)
         rows = []
         for cell in cells:
             bar.set_postfix_str(f"{method} {cell.label}")
@@ -180,7 +185,8 @@ def _settings(config: EngineConfig, settings: LatencySettings, model_path: str) 
         "ranks": settings.ranks, "model": Path(model_path).name, "device": config.model.device_type(),
         "dtype": config.model.dtype, "base_offload": settings.base_offload,
         "started_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "warmup": f"1 request per cell (its shape, min(steps, {WARMUP_STEPS}) steps) before the batch, not counted",
+        "warmup": f"1 request per cell (its shape, min(steps, {WARMUP_STEPS}) steps) before the batch, not counted; "
+                  "each method's engine starts (ranks, model loading) before its cells, not counted",
         "per_step_s": "driver-side time between consecutive step-done events of a request, over every step of the batch",
         "per_request_s": "submit -> video of each request; the batch's prompts are all submitted at its start",
         "peak_memory": ("torch.cuda.max_memory_allocated per rank" if cuda else
