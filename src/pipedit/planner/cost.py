@@ -102,7 +102,7 @@ def _ulysses_seconds(node: Node, layout: Layout, w: StepWork, attention: float, 
     u = layout.ulysses
     if u == 1:
         return 0.0
-    group = u if layout.ring == 1 else u  # Ulysses groups are the inner (adjacent) ranks
+    group = u  # Ulysses groups are the inner (adjacent) ranks
     per_rank = w.a2a_bytes_per_layer / layout.ranks * (u - 1) / u
     pre, post = per_rank * 3 / 4, per_rank / 4
     pre_s = node.transfer_s(pre, group) + 2 * node.latency(group)
@@ -124,7 +124,7 @@ def _ring_exposed(model, shape, node, layout, w, attention) -> float:
     if r == 1:
         return 0.0
     kv = 2 * w.a2a_bytes_per_layer / 4 / layout.ranks  # K and V of the local tokens, local heads
-    per_hop = node.transfer_s(kv, node.gpus if node.gpus > 2 else r)
+    per_hop = node.transfer_s(kv, layout.ranks)
     attn_hop = attention / w.attn_layers / r
     return w.attn_layers * (r - 1) * max(0.0, per_hop - attn_hop)
 
@@ -148,7 +148,8 @@ def decode_seconds(model: ModelSpec, shape: Shape, node: Node, tiled: bool) -> f
 def text_seconds(model: ModelSpec, node: Node) -> float:
     """Prompt encoding (both prompts with classifier-free guidance) on one GPU."""
     flops = sum(2 * e.params * e.tokens for e in model.text_encoders) * model.cfg_batch
-    return flops / (node.gpu.peak_flops * node.gpu.eff_matmul) + 0.02
+    tokenize_s = 0.02  # tokenizers and the prompt template, on the host
+    return flops / (node.gpu.peak_flops * node.gpu.eff_matmul) + tokenize_s
 
 
 def handoff_seconds(model: ModelSpec, shape: Shape, node: Node) -> float:

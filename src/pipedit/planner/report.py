@@ -57,4 +57,6 @@ def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | Non
     note = (f"# Written by `pipedit plan`: the best of the planner's configurations for {problem.model.name} "
             f"on {problem.node.gpus}x {problem.node.gpu.name}\n# ({problem.prompts} prompt(s): predicted "
             f"{best.batch_s:.1f} s for the batch, {best.latency_s:.1f} s per request alone).\n")
+    if model_path is None:
+        note += "# model.path null runs the embedded demo model: set it to your checkpoint folder.\n"
     return note + yaml.safe_dump(data, sort_keys=False)

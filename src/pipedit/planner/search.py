@@ -115,7 +115,7 @@ def candidates(model: ModelSpec, gpus: int) -> list[Candidate]:
 def rank(p: Problem, cands: list[Candidate] | None = None) -> tuple[list[Prediction], list[Prediction]]:
     """(fitting configurations best first, configurations that do not fit in GPU memory)."""
     predictions = [predict(p, c) for c in (cands if cands is not None else candidates(p.model, p.node.gpus))]
-    fitting = sorted((x for x in predictions if x.fits), key=lambda x: (x.batch_s, x.latency_s, x.peak_bytes))
+    fitting = sorted((x for x in predictions if x.fits), key=lambda x: (x.batch_s, x.latency_s, x.peak_bytes, x.candidate.tiled))
     too_big = sorted((x for x in predictions if not x.fits), key=lambda x: x.batch_s)
     return fitting, too_big
 
