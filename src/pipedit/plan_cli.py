@@ -11,8 +11,9 @@ def add_plan_parser(sub) -> None:
 
     p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
                                     "VAE tiling) for a model on a node")
-    p.add_argument("--model", choices=MODELS, default="hunyuan-video",
-                   help="full-size model to plan (dims from its released config)")
+    p.add_argument("--model", choices=MODELS,
+                   help="full-size model to plan, dims from its released config (default hunyuan-video; with "
+                        "--model-path: the checkpoint's pipeline)")
     p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on the node")
     p.add_argument("--gpu", choices=GPUS, default="h100",
@@ -46,11 +47,11 @@ def _check(args) -> None:
 
 
 def _model(args):
-    from .planner.models import from_checkpoint, full_size
+    from .planner.models import family_of, from_checkpoint, full_size
 
     if not args.model_path:
-        return full_size(args.model)
-    return from_checkpoint(args.model_path, args.model)
+        return full_size(args.model or "hunyuan-video")
+    return from_checkpoint(args.model_path, args.model or family_of(args.model_path))
 
 
 def _profile(args, model, shape, steps: int):
