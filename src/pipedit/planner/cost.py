@@ -15,8 +15,9 @@ from .models import ModelSpec
 from .vae_cost import vae_decode_flops
 
 ACT_BYTES = 2
-# Hidden-width tensors each block reads or writes outside GEMMs and attention (norms, modulation,
-# gates, residuals, RoPE on q and k, the MLP activation over 4x width): counted per token.
+# Assumed, not measured: hidden-width tensors each block reads or writes per token outside GEMMs
+# and attention: 2 norms and 2 modulations (read + write: 8), 2 gated residuals (6), q/k norms and
+# RoPE on q and k (8), the MLP activation over 4x width (8), attention layout copies (~10).
 ELEMENTWISE_PASSES = 40
 
 
@@ -36,7 +37,7 @@ class StepWork:
     elementwise_bytes: float
     a2a_bytes_per_layer: float  # Q, K, V (pre) + O (post) of the video tokens, whole sequence
     attn_layers: int  # attention calls per step that need an all-to-all
-    kernels_per_layer: int = 30
+    kernels_per_layer: int = 30  # assumed kernel launches per block (eager PyTorch, fused attention)
 
 
 def step_work(model: ModelSpec, shape: Shape) -> StepWork:
