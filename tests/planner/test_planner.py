@@ -149,3 +149,24 @@ def test_compare_prints_predicted_beside_measured(demo_checkpoint, tmp_path, cap
     assert lines[6].startswith("960x544x65, 30 steps: planner picks ")
     (tmp_path / "bad.json").write_text("{}")
     assert main(["plan", "--gpu", "h100", "--compare", str(tmp_path / "bad.json")]) == 2
+
+
+def test_opensora_plan_spec_from_checkpoint_configs(tmp_path, capsys):
+    import json
+
+    (tmp_path / "transformer").mkdir()
+    (tmp_path / "vae").mkdir()
+    (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "OpenSoraPlanPipeline"}))
+    (tmp_path / "transformer" / "config.json").write_text(json.dumps(
+        {"num_attention_heads": 4, "attention_head_dim": 24, "num_layers": 6, "in_channels": 8,
+         "sparse1d": True, "sparse_n": 4}))
+    (tmp_path / "vae" / "config.json").write_text(json.dumps({"base_channels": 16, "connect_res_layer_num": 1}))
+    from pipedit.planner.models import family_of
+
+    assert family_of(tmp_path) == "opensora-plan"
+    spec = from_checkpoint(tmp_path, "opensora-plan")
+    assert (spec.hidden, spec.layers, spec.sparse_layers, spec.cfg_batch) == (96, 6, 4, 2)
+    assert spec.vae["base_channels"] == 16 and spec.vae["connect_res_layer_num"] == 1
+    assert main(["plan", "--model-path", str(tmp_path), "--gpus", "2", "--height", "64", "--width", "64",
+                 "--frames", "9", "--steps", "2", "--top", "2"]) == 0
+    assert "OpenSoraPlan" in capsys.readouterr().out
