@@ -70,7 +70,7 @@ def test_registry_by_name_by_layout_and_errors(osp_demo, demo_checkpoint, tmp_pa
     with pytest.raises(ModelPathError, match="model_index.json is missing"):
         shape_validator(osp_demo, "hunyuan-video")
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ModelPathError, match="has no model_index.json.*--model"):
+    with pytest.raises(ModelPathError, match="model_index.json is missing.*--model"):
         model_name_for(tmp_path / "empty")
     # Another transformer folder name is found by its config's class; two of them are ambiguous.
     renamed = tmp_path / "renamed"
