@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
+from ..errors import UserInputError
 from .calibration import resolve_parallel
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
@@ -43,6 +44,9 @@ class Engine:
         check_parallel_config(parallel, heads)
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
+        if (self.layout.denoise > 1 or self.layout.aco) and not getattr(adapter_class, "sequence_parallel", True):
+            raise UserInputError(f"{adapter_class.family} runs on one denoise rank for now: use --ulysses 1 --ring 1 "
+                                 f"and, with decode ranks, --aco off")
         self.executor = create_executor(config, model_path, self.layout)
         self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco)
 

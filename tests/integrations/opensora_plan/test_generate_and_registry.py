@@ -90,3 +90,10 @@ def test_config_carries_model_name_and_text_encoder(tmp_path):
     assert config.parallel.text_encoder == "dit"
     with pytest.raises(UserInputError, match="model name must be one of hunyuan-video, opensora-plan"):
         ModelConfig(name="opensora")
+
+
+def test_sequence_parallel_is_refused_up_front(osp_demo, tmp_path, capsys):
+    code = main(["generate", "--model-path", str(osp_demo), "--prompt", "a cat", "--output", str(tmp_path / "v.mp4"),
+                 "--steps", "1", "--height", "32", "--width", "32", "--num-frames", "5", "--ulysses", "2"])
+    assert code == 2
+    assert "one denoise rank for now" in capsys.readouterr().err
