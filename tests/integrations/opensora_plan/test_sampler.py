@@ -75,3 +75,18 @@ def test_guidance_at_most_one_runs_the_positive_branch_only(osp_adapter):
     guided = osp_adapter.predict_noise(latents, t, cond, 4.0)
     assert torch.allclose(guided, uncond + 4.0 * (cond_pred - uncond))
     assert (uncond - cond_pred).abs().max() > 1e-4  # the negative prompt makes a difference
+
+
+def test_prompts_use_the_official_templates_and_512_tokens(osp_adapter):
+    positive = "\n    high quality, high aesthetic, {}\n    "
+    negative = ("\n    nsfw, lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "
+                "cropped, worst quality, \n    low quality, normal quality, jpeg artifacts, signature, watermark, "
+                "username, blurry.\n    ")
+    cond = osp_adapter.encode_prompt("a cat")
+    for text, embeds, mask in ((positive.format("a cat"), "prompt_embeds", "prompt_attention_mask"),
+                               (negative, "negative_prompt_embeds", "negative_prompt_attention_mask")):
+        tokens = osp_adapter.tokenizer([text], padding="max_length", max_length=512, truncation=True,
+                                       return_tensors="pt")
+        want = osp_adapter.text_encoder(tokens.input_ids, attention_mask=tokens.attention_mask).last_hidden_state
+        assert torch.equal(cond[mask], tokens.attention_mask)
+        assert torch.equal(cond[embeds], want)
