@@ -97,3 +97,13 @@ def test_sequence_parallel_is_refused_up_front(osp_demo, tmp_path, capsys):
                  "--steps", "1", "--height", "32", "--width", "32", "--num-frames", "5", "--ulysses", "2"])
     assert code == 2
     assert "one denoise rank for now" in capsys.readouterr().err
+
+
+def test_default_model_path_of_opensora_plan_is_its_demo(osp_demo, tmp_path, monkeypatch):
+    from pipedit.integrations.opensora_plan.demo_checkpoint import DEMO_VERSION
+    from pipedit.runtime.engine import resolve_model_path
+
+    monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
+    shutil.copytree(osp_demo, tmp_path / DEMO_VERSION)  # already built: reused, not rewritten
+    assert resolve_model_path(None, "opensora-plan") == tmp_path / DEMO_VERSION
+    assert model_name_for(resolve_model_path(None, "opensora-plan")) == "opensora-plan"
