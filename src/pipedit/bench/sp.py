@@ -7,12 +7,12 @@ import statistics
 
 import torch
 
-from .attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
-from .attention.registry import get_attention_strategy
-from .config import EngineConfig
-from .distributed.context import ParallelContext
-from .distributed.spawn import run_on_gloo_ranks
-from .request import VideoRequest
+from ..attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
+from ..attention.registry import get_attention_strategy
+from ..config import EngineConfig
+from ..distributed.context import ParallelContext
+from ..distributed.spawn import run_on_gloo_ranks
+from ..request import VideoRequest
 
 
 def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> list:
@@ -22,10 +22,10 @@ def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> l
 
 
 def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int) -> str:
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     if config.parallel.ulysses < 2:
-        from .errors import UserInputError
+        from ..errors import UserInputError
 
         raise UserInputError("bench sp compares Ulysses all-to-all modes: use --ulysses 2 or more")
     config = config.with_overrides("parallel", pipesp_chunk="auto")
