@@ -156,5 +156,7 @@ def add_bench_parser(sub) -> None:
     _add_handoff(kinds)
     _add_vae(kinds)
     from .latency_cli import add_latency_parser
+    from .load import add_load_parser
 
     add_latency_parser(kinds)
+    add_load_parser(kinds)
