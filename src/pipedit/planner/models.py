@@ -143,14 +143,25 @@ def _text_encoders(root: Path, default: tuple[TextEncoder, ...]) -> tuple[TextEn
     return tuple(found) or default
 
 
+def _transformer_folder(root: Path, family: str) -> Path:
+    """diffusers layout: transformer/; OpenSoraPlan's release layout: any93x640x640/ (or the one
+    folder holding its transformer config)."""
+    if family == "opensora-plan" and not (root / "transformer" / "config.json").is_file():
+        from pipedit.integrations.opensora_plan.checkpoint import find_transformer_folder
+
+        return find_transformer_folder(root)
+    return root / "transformer"
+
+
 def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpec:
     """A spec with the widths, depths and parameter counts of the checkpoint at `path`."""
     root = Path(path)
-    dit = _read(root / "transformer" / "config.json")
+    folder = _transformer_folder(root, family)
+    dit = _read(folder / "config.json")
     vae = _read(root / "vae" / "config.json")
     base = full_size(family)
     heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
-    params = _param_count(root / "transformer")
+    params = _param_count(folder)
     if family == "hunyuan-video":
         vae_config = {**HUNYUAN_VAE, **{k: vae[k] for k in HUNYUAN_VAE if k in vae}}
         spec = replace(base, name=f"{root.name} (HunyuanVideo, {heads}x{head_dim})", heads=heads,
@@ -161,15 +172,23 @@ def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpe
                        text_encoders=_text_encoders(root, base.text_encoders))
     else:
         layers = int(dit["num_layers"])
+        # Skiparse layers are 2..29 whatever the depth (facts sheet §1).
+        sparse = max(0, min(layers, 30) - 2) if dit.get("sparse1d", True) else 0
+        vae_config = {**WFVAE, **{k: vae[k] for k in WFVAE if k in vae}}
+        vae_config["latent_channels"] = int(vae.get("latent_dim", vae_config["latent_channels"]))
         spec = replace(base, name=f"{root.name} (OpenSoraPlan, {heads}x{head_dim})", heads=heads, head_dim=head_dim,
-                       hidden=heads * head_dim, single_layers=layers, sparse_layers=max(0, min(layers, 30) - 2)
-                       if dit.get("sparse1d", True) else 0, sparse_n=int(dit.get("sparse_n", 4)),
-                       latent_channels=int(dit["in_channels"]), vae={**WFVAE, **vae})
+                       hidden=heads * head_dim, single_layers=layers, sparse_layers=sparse,
+                       sparse_n=int(dit.get("sparse_n", 4)), latent_channels=int(dit["in_channels"]), vae=vae_config)
     return replace(spec, dit_params=params or spec.dit_params,
                    vae_params=_param_count(root / "vae") or spec.vae_params)
 
 
 def family_of(path: str | Path) -> str:
-    """The model family of a checkpoint, from its model_index.json pipeline class."""
+    """The model family of a checkpoint: OpenSoraPlan's release layout, else the pipeline class of
+    its model_index.json."""
+    from pipedit.integrations.opensora_plan.checkpoint import is_official_layout
+
+    if is_official_layout(path):
+        return "opensora-plan"
     index = _read(Path(path) / "model_index.json")
     return "opensora-plan" if "opensora" in str(index.get("_class_name", "")).lower() else "hunyuan-video"

@@ -79,8 +79,8 @@ def hunyuan_decode_flops(vae: dict, height: int, width: int, frames: int, tiled:
 def wfvae_decode_flops(vae: dict, height: int, width: int, frames: int, tiled: bool) -> float:
     t, s = vae["temporal_compression_ratio"], vae["spatial_compression_ratio"]
     lt, lh, lw = (frames - 1) // t + 1, height // s, width // s
-    c, e, k = 512, vae["decoder_energy_flow_hidden_size"], vae["connect_res_layer_num"]
     base = vae["base_channels"]
+    c, e, k = 4 * base, vae["decoder_energy_flow_hidden_size"], vae["connect_res_layer_num"]  # 512 released
     v0 = lt * lh * lw
     v1 = (2 * lt - 1) * 4 * lh * lw
     v2 = (2 * lt - 1) * 16 * lh * lw
