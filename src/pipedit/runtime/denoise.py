@@ -6,6 +6,7 @@ every denoise rank (progress events, Aco decisions per step, interleaving with d
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +23,15 @@ class DenoiseJob:
     scheduler: Any
     timesteps: torch.Tensor
     latents: torch.Tensor
+    predict: Callable[..., torch.Tensor]  # adapter.predict_noise, or a CFG-parallel predictor
     steps_done: int = 0
 
     @classmethod
-    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor]) -> "DenoiseJob":
+    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
+              predict: Callable[..., torch.Tensor] | None = None) -> "DenoiseJob":
         scheduler, timesteps = adapter.make_scheduler(request.steps)
         latents = adapter.prepare_latents(request.shape, request.generator())
-        return cls(request, cond, scheduler, timesteps, latents)
+        return cls(request, cond, scheduler, timesteps, latents, predict or adapter.predict_noise)
 
     @property
     def total_steps(self) -> int:
@@ -41,6 +44,6 @@ class DenoiseJob:
     @torch.no_grad()
     def step(self, adapter: ModelAdapter) -> None:
         timestep = self.timesteps[self.steps_done]
-        noise = adapter.predict_noise(self.latents, timestep, self.cond, self.request.guidance_scale)
+        noise = self.predict(self.latents, timestep, self.cond, self.request.guidance_scale)
         self.latents = self.scheduler.step(noise, timestep, self.latents, return_dict=False)[0]
         self.steps_done += 1
