@@ -39,10 +39,10 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
                  limits: ServiceLimits = ServiceLimits(), database_url: str | None = None) -> JobService:
     """A running service; stop it with `service.shutdown()`. database_url: any SQLAlchemy URL
     (default: SQLite `jobs.sqlite` in data_dir)."""
-    model_path = str(resolve_model_path(config.model.path))
+    model_path = str(resolve_model_path(config.model.path, config.model.name))
     store = JobStore(database_url) if database_url else JobStore.in_folder(data_dir)
     engine = EngineCore.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
-                         limits, validate=shape_validator(model_path))
+                         limits, validate=shape_validator(model_path, config.model.name))
     service.recover()
     return service

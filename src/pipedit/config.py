@@ -19,7 +19,10 @@ VAE_TILING_MODES = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str | None = None  # None: the embedded tiny demo model
+    path: str | None = None  # None: the embedded tiny demo model (of `name`'s family)
+    # hunyuan-video or opensora-plan; None: model_index.json decides, else the official layout found.
+    name: str | None = None
+    text_encoder_path: str | None = None  # opensora-plan: the mT5 folder; None: <path>/text_encoder
     device: str = "auto"  # auto: cuda when available, else cpu
     # auto: bfloat16 on cuda; on cpu, what diffusers' from_pretrained gives without torch_dtype
     # (diffusers models in float32, transformers models in their stored dtype), so results match it.
@@ -33,6 +36,10 @@ class ModelConfig:
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
         _check_choice("vae_tiling", self.vae_tiling, VAE_TILING_MODES)
+        if self.name is not None:
+            from .adapter import MODEL_NAMES
+
+            _check_choice("model name", self.name, MODEL_NAMES)
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):

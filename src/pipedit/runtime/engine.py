@@ -20,9 +20,14 @@ from .scheduler import EventCallback, Outcome, PipelineScheduler
 from .sequence_parallel import check_parallel_config
 
 
-def resolve_model_path(path: str | None) -> Path:
+def resolve_model_path(path: str | None, model: str | None = None) -> Path:
+    """The checkpoint folder; without a path, the tiny demo checkpoint of `model`'s family."""
     if path:
         return Path(path)
+    if model == "opensora-plan":
+        from pipedit.integrations.opensora_plan.demo_checkpoint import ensure_demo_checkpoint as ensure_opensora
+
+        return ensure_opensora()
     from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
 
     return ensure_demo_checkpoint()
@@ -31,9 +36,9 @@ def resolve_model_path(path: str | None) -> Path:
 class Engine:
     def __init__(self, config: EngineConfig):
         self.config = config
-        model_path = str(resolve_model_path(config.model.path))
-        adapter_class = adapter_class_for(model_path)
-        heads = attention_heads(model_path)
+        model_path = str(resolve_model_path(config.model.path, config.model.name))
+        adapter_class = adapter_class_for(model_path, config.model.name)
+        heads = attention_heads(model_path, config.model.name)
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
         self.parallel = parallel
