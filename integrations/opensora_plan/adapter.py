@@ -171,8 +171,9 @@ class OpenSoraPlanAdapter:
                               heads=self.num_heads, head_dim=int(self.dit_config["attention_head_dim"]))
 
     def enable_sequence_parallel(self, ctx, strategy) -> int:
-        raise NotImplementedError("sequence parallelism for OpenSoraPlan is not available yet: run with one "
-                                  "denoise rank (--ulysses 1 --ring 1, no Aco)")
+        from .parallel import enable_sequence_parallel
+
+        return enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:

@@ -125,15 +125,10 @@ def engine_config(args):
     from .config import EngineConfig, load_config
 
     config = load_config(args.config) if args.config else EngineConfig()
-<<<<<<< HEAD
-    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling)
-    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
-                                   cfg_parallel=args.cfg_parallel)
-=======
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
                                    text_encoder_path=args.text_encoder_path)
-    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
->>>>>>> osp-model
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
+                                   cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,

@@ -154,12 +154,15 @@ def _check_joint(
     joint_v: torch.Tensor | None,
     mask: torch.Tensor | None,
 ) -> JointTokens | None:
-    if joint_k is None and joint_v is None:
-        if joint_q is not None or mask is not None:
-            raise ValueError("joint_q / joint_kv_mask given without joint_k and joint_v")
-        return None
     if joint_k is None or joint_v is None:
-        raise ValueError("pass both joint_k and joint_v (and joint_q for text queries), or none")
+        if joint_k is None and joint_v is None and joint_q is None:
+            if mask is not None:
+                raise ValueError("joint_kv_mask given without joint_k and joint_v")
+            return None
+        raise ValueError(
+            "pass all of joint_q, joint_k, joint_v (joint text tokens), or both joint_k and joint_v "
+            "alone (text keys only, e.g. cross-attention), or none"
+        )
     given = [t for t in (joint_q, joint_k, joint_v) if t is not None]
     if joint_k.dim() != 4 or any(t.shape != joint_k.shape for t in given):
         raise ValueError("joint_q, joint_k, joint_v must be [B, L, H, D] of equal shapes")
