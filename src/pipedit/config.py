@@ -98,6 +98,9 @@ class ParallelConfig:
         _check_choice("handoff", self.handoff, ("object_store", "p2p"))
         if not isinstance(self.cfg_parallel, bool):
             raise UserInputError(f"cfg_parallel must be true or false, got {self.cfg_parallel!r}")
+        if self.cfg_parallel and self.decode_ranks == "auto":
+            raise UserInputError("decode_ranks auto does not plan CFG-parallel groups yet: give --decode-ranks N "
+                                 "with --cfg-parallel")
         if self.cfg_parallel and self.aco == "on":
             raise UserInputError("aco on cannot be combined with cfg_parallel (Aco helpers serve one SP group); "
                                  "use --aco off or drop --cfg-parallel")

@@ -32,6 +32,8 @@ def test_layout_puts_the_branches_side_by_side_before_the_decode_ranks():
         ParallelConfig(cfg_parallel=True, decode_ranks=1, aco="on")
     with pytest.raises(UserInputError, match="cfg_parallel"):
         ParallelConfig(ulysses=2, cfg_parallel=True, ranks=3)
+    with pytest.raises(UserInputError, match="--cfg-parallel"):
+        ParallelConfig(cfg_parallel=True, decode_ranks="auto", ranks=4)
 
 
 def test_model_without_cfg_branches_is_refused_with_the_reason(demo_checkpoint):

@@ -77,7 +77,7 @@ def test_parallel_latents_equal_single_device(ray_session, checkpoint, single_de
     assert (latents - single_device_latents).abs().max().item() <= 1e-4
 
 
-def test_cfg_parallel_refused_for_a_model_without_cfg_branches(ray_session, demo_checkpoint, tmp_path, capsys):
+def test_cfg_parallel_refused_for_a_model_without_cfg_branches(demo_checkpoint, tmp_path, capsys):
     code = main(["generate", "--prompt", PROMPT, "--model-path", str(demo_checkpoint), "--steps", "1",
                  "--output", str(tmp_path / "out.mp4"), "--cfg-parallel"])
     assert code == 2

@@ -13,6 +13,7 @@ from typing import Iterable, Iterator
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
 from .calibration import resolve_parallel
+from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
 from .layout import WorldLayout
@@ -41,6 +42,8 @@ class Engine:
         heads = attention_heads(model_path, config.model.name)
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
+        if parallel.cfg_parallel:
+            check_cfg_capable(adapter_class)  # before any rank starts
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self.executor = create_executor(config, model_path, self.layout)
