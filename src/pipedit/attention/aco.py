@@ -29,7 +29,8 @@ from pipedit.distributed.sharding import shard_sizes
 
 @dataclass(frozen=True)
 class AcoShape:
-    """What a helper needs to size its buffers: one attention call of one request."""
+    """One request's attention call as the scheduler keys its Aco decision by. Helpers read only
+    head_dim and dtype from it: each request's buffer sizes come from the header sent before it."""
 
     seq_len: int  # video tokens of the whole sequence (a Ulysses rank holds all of them)
     text_len: int
