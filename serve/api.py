@@ -31,7 +31,7 @@ _CREATE_BODY = {"requestBody": {"required": True, "content": {
 def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -> FastAPI:
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API")
     install_error_handlers(app)
-    app.include_router(_videos(service), dependencies=[Depends(bearer_check(tuple(api_keys)))])
+    app.include_router(_videos(service, bool(api_keys)), dependencies=[Depends(bearer_check(tuple(api_keys)))])
 
     @app.get("/healthz", responses={503: {"model": ErrorBody}})
     def healthz():
@@ -44,13 +44,13 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -
     return app
 
 
-def _videos(service: JobService) -> APIRouter:
+def _videos(service: JobService, api_keys: bool) -> APIRouter:
     router = APIRouter(prefix="/v1/videos", responses=_ERRORS)
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
     async def create_video(request: Request) -> Video:
         params = VideoCreateParams.model_validate(await _body(request))
-        return await run_in_threadpool(service.create, params)
+        return await run_in_threadpool(service.create, params, _bearer(request) if api_keys else None)
 
     @router.get("", response_model=VideoList)
     def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None):
@@ -77,6 +77,14 @@ def _videos(service: JobService) -> APIRouter:
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
     return router
+
+
+def _bearer(request: Request) -> str | None:
+    """The API key the request carries (bearer_check has admitted it already)."""
+    scheme, _, key = request.headers.get("authorization", "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return key.strip() or None
 
 
 async def _body(request: Request) -> dict:

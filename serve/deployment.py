@@ -6,8 +6,10 @@ groups on one node), the job service over the durable store, and the FastAPI app
 serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder
 config=FILE` start the same application.
 
-Hazard: several replicas would share one data folder and each re-run its unfinished jobs; until
-the job store coordinates replicas, num_replicas is 1.
+serve.num_replicas replicas (each its own placement group and rank group) share one job store
+(serve.database_url: PostgreSQL across nodes) and one data folder: each claims queued jobs from
+the store, and a replica that dies loses nothing (its lease lapses and another replica re-queues
+and runs its job; see serve/store.py).
 """
 
 from __future__ import annotations
@@ -49,9 +51,9 @@ class PipeditServer:
 
         self.config = config
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
-                                    limits=limits_for(config))
-        engine = self.service.engine
-        engine.add_listener(EngineMetrics(lambda: engine.queue_length))
+                                    limits=limits_for(config), owner=_replica_owner())
+        # The queue is the shared store's (the engine holds at most one waiting job per replica).
+        self.service.engine.add_listener(EngineMetrics(lambda: self.service.store.count("queued")))
 
     def __serve_build_asgi_app__(self):
         from .api import build_app
@@ -65,9 +67,21 @@ class PipeditServer:
             service.shutdown()
 
 
+def _replica_owner() -> str | None:
+    """The replica's Serve id plus the job service's default (host, pid, tag), so operators see
+    which replica runs a job."""
+    from .jobs import new_owner_id
+
+    try:
+        replica = serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - outside a replica (e.g. tests building the class directly)
+        return None
+    return f"{replica}@{new_owner_id()}"
+
+
 def build_application(config: EngineConfig):
     options = deployment_options(config)
-    return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=1,
+    return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=config.serve.num_replicas,
                             max_ongoing_requests=256, **options).bind(config)
 
 

@@ -23,6 +23,8 @@ _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 @dataclass(frozen=True)
 class ServiceLimits:
     max_queued: int = 16  # queued jobs beyond this get 429
+    max_queued_per_key: int = 8  # queued jobs of one API key beyond this get 429 (when keys are set)
+    max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -66,6 +68,7 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
         raise invalid(f"guidance_scale must be between 0 and {limits.max_guidance_scale}, got {guidance}",
                       "guidance_scale")
     seed = _bounded_int(given.get("seed", defaults.seed), "seed", 0, 2**63 - 1)
+    _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
     return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds)
 
@@ -101,6 +104,9 @@ def _frames(given: dict, fps: int, defaults: GenerationDefaults, limits: Service
     if "num_frames" in given:  # the exact count wins over a length in seconds
         frames = _bounded_int(given["num_frames"], "num_frames", 1, limits.max_frames)
     elif seconds is not None:
+        if seconds * fps > limits.max_frames + 4:  # also keeps huge lengths from overflowing below
+            raise invalid(f"seconds {given['seconds']} at {fps} fps makes more than {limits.max_frames} frames, "
+                          f"the most allowed", "seconds")
         frames = _frames_for(seconds, fps)
     else:
         frames = defaults.num_frames
@@ -114,7 +120,7 @@ def _seconds(value) -> float:
         seconds = float(value)
     except (TypeError, ValueError):
         seconds = float("nan")
-    if not seconds > 0:  # also rejects nan
+    if not 0 < seconds < float("inf"):  # also rejects nan
         raise invalid(f"seconds must be a positive number, got {value!r}", "seconds")
     return seconds
 
@@ -128,6 +134,14 @@ def _bounded_int(value, name: str, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise invalid(f"{name} must be an integer between {low} and {high}, got {value!r}", name)
     return value
+
+
+def _check_cost(width: int, height: int, frames: int, steps: int, limits: ServiceLimits) -> None:
+    cost = width * height * frames * steps
+    if cost > limits.max_cost:
+        raise ApiError(400, f"this request costs {width}x{height} pixels x {frames} frames x {steps} steps = "
+                       f"{cost:,}; this server allows at most {limits.max_cost:,} per request: lower size, "
+                       f"num_frames (or seconds) or num_inference_steps", param="size", code="cost_too_high")
 
 
 def _check_shape(validate: ShapeValidator | None, shape: VideoShape, steps: int) -> None:

@@ -1,8 +1,17 @@
-"""The durable job store: one `jobs` table through SQLAlchemy 2 Core.
+"""The durable job store: one `jobs` table through SQLAlchemy 2 Core, shared by every replica.
 
-SQLite (WAL mode) in the data folder by default; any SQLAlchemy URL works, so PostgreSQL can
-take over later. Safe for one writer thread plus reader threads: writes are serialised by a
-lock here, and WAL lets readers go on while a write commits.
+SQLite (WAL mode) in the data folder by default; a PostgreSQL URL lets replicas on several
+nodes share one store. Writes of this process are serialised by a lock; across processes the
+database serialises them.
+
+Ownership (how replicas share the queue): a queued job with no owner is free. `claim` takes the
+oldest free one in ONE conditional UPDATE (on PostgreSQL its subquery locks the row with
+FOR UPDATE SKIP LOCKED, so concurrent claimers skip each other's row instead of waiting), sets
+owner, a lease expiry and attempt+1. The owner renews the lease (`heartbeat`) while it runs the
+job; `requeue_expired` frees jobs whose owner stopped renewing (it died). Every write of the
+owner names (owner, attempt) and touches the row only while both still match and the job is
+unfinished: a late result from a presumed-dead owner changes nothing, so each job reaches a
+final status exactly once.
 
 Invariant: rows are ordered by (created_at, id); pagination and queue positions rely on it.
 """
@@ -10,14 +19,16 @@ Invariant: rows are ordered by (created_at, id); pagination and queue positions 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, Column, Float, Integer, MetaData, String, Table, and_, create_engine, delete,
-                        event, func, insert, or_, select, update)
+                        event, func, insert, inspect, or_, select, text, update)
 
 UNFINISHED = ("queued", "in_progress")
+OWNERSHIP = ("owner", "lease_until", "attempt", "client")  # columns added after the first release
 
 _metadata = MetaData()
 jobs = Table(
@@ -31,6 +42,10 @@ jobs = Table(
     Column("extras", JSON, nullable=False),  # stage, step, total_steps, timings
     Column("error", JSON, nullable=True),  # {code, message}
     Column("video_file", String(255), nullable=True),  # a name inside the videos folder, never a path
+    Column("owner", String(128), nullable=True, index=True),  # the replica running it; None: free
+    Column("lease_until", Float, nullable=True),  # the owner's claim lapses after this time
+    Column("attempt", Integer, nullable=False, default=0),  # claims so far
+    Column("client", String(64), nullable=True, index=True),  # a digest of the API key; never the key
 )
 _COLUMNS = tuple(c.name for c in jobs.columns)
 
@@ -46,15 +61,24 @@ class JobRecord:
     extras: dict[str, Any] = field(default_factory=dict)
     error: dict[str, str] | None = None
     video_file: str | None = None
+    owner: str | None = None
+    lease_until: float | None = None
+    attempt: int = 0
+    client: str | None = None
 
 
 class JobStore:
     def __init__(self, url: str):
+        """`url`: any SQLAlchemy URL, e.g. sqlite:///data/jobs.sqlite or
+        postgresql+psycopg://user@host:5432/pipedit."""
+        self.url = url
         sqlite = url.startswith("sqlite")
-        self._engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {})
+        self._engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {},
+                                     pool_pre_ping=not sqlite)
         if sqlite:
             event.listen(self._engine, "connect", _sqlite_pragmas)
         _metadata.create_all(self._engine)
+        _add_missing_columns(self._engine)
         self._write = threading.Lock()
 
     @classmethod
@@ -62,6 +86,10 @@ class JobStore:
         folder = Path(data_dir)
         folder.mkdir(parents=True, exist_ok=True)
         return cls(f"sqlite:///{folder / 'jobs.sqlite'}")
+
+    @property
+    def dialect(self) -> str:
+        return self._engine.dialect.name
 
     def close(self) -> None:
         self._engine.dispose()
@@ -74,15 +102,59 @@ class JobStore:
 
     def update(self, job_id: str, **fields: Any) -> bool:
         """False if the job is gone (deleted meanwhile)."""
-        unknown = set(fields) - set(_COLUMNS) - {"id"}
-        if unknown or "id" in fields:
-            raise ValueError(f"cannot update {sorted(unknown | ({'id'} & set(fields)))}; columns: {_COLUMNS[1:]}")
-        with self._write, self._engine.begin() as conn:
-            return conn.execute(update(jobs).where(jobs.c.id == job_id).values(**fields)).rowcount > 0
+        return self._update(jobs.c.id == job_id, fields)
+
+    def update_owned(self, job_id: str, owner: str, attempt: int, **fields: Any) -> bool:
+        """Updates the job only while `owner` holds this `attempt` of it and it is unfinished;
+        False otherwise (deleted, re-queued after a lapsed lease, or already final)."""
+        return self._update(and_(jobs.c.id == job_id, jobs.c.owner == owner, jobs.c.attempt == attempt,
+                                 jobs.c.status.in_(UNFINISHED)), fields)
 
     def delete(self, job_id: str) -> bool:
         with self._write, self._engine.begin() as conn:
             return conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount > 0
+
+    # -- ownership ------------------------------------------------------------------------
+    def claim(self, owner: str, lease_s: float) -> JobRecord | None:
+        """The oldest free queued job, now owned by `owner` for `lease_s` seconds; None if none."""
+        for _ in range(5):  # a lost race (another replica took the row first) tries the next one
+            oldest = (select(jobs.c.id).where(jobs.c.status == "queued", jobs.c.owner.is_(None))
+                      .order_by(jobs.c.created_at, jobs.c.id).limit(1)
+                      .with_for_update(skip_locked=True).scalar_subquery())
+            claim = (update(jobs).where(jobs.c.id == oldest, jobs.c.owner.is_(None), jobs.c.status == "queued")
+                     .values(owner=owner, lease_until=time.time() + lease_s, attempt=jobs.c.attempt + 1)
+                     .returning(*jobs.c))
+            with self._write, self._engine.begin() as conn:
+                row = conn.execute(claim).first()
+                if row is not None:
+                    return _record(row)
+                if not conn.execute(select(func.count()).select_from(jobs).where(
+                        jobs.c.status == "queued", jobs.c.owner.is_(None))).scalar_one():
+                    return None
+        return None
+
+    def heartbeat(self, owner: str, job_ids: list[str] | set[str], lease_s: float) -> set[str]:
+        """Extends the lease of the given jobs `owner` still holds; returns those ids (a job
+        missing from the answer was deleted, finished or taken back: stop running it)."""
+        if not job_ids:
+            return set()
+        renew = (update(jobs).where(jobs.c.id.in_(list(job_ids)), jobs.c.owner == owner,
+                                    jobs.c.status.in_(UNFINISHED))
+                 .values(lease_until=time.time() + lease_s).returning(jobs.c.id))
+        with self._write, self._engine.begin() as conn:
+            return set(conn.execute(renew).scalars())
+
+    def requeue_expired(self) -> list[str]:
+        """Frees the unfinished jobs whose owner's lease lapsed (and rows running with no owner,
+        left by a version without ownership): they run again from the start. Returns their ids."""
+        lapsed = and_(jobs.c.status.in_(UNFINISHED), or_(
+            and_(jobs.c.owner.is_not(None), jobs.c.lease_until < time.time()),
+            and_(jobs.c.owner.is_(None), jobs.c.status == "in_progress")))
+        return self._free(lapsed)
+
+    def release(self, owner: str) -> list[str]:
+        """Frees every unfinished job `owner` holds (it is shutting down); returns their ids."""
+        return self._free(and_(jobs.c.status.in_(UNFINISHED), jobs.c.owner == owner))
 
     # -- reads ----------------------------------------------------------------------------
     def get(self, job_id: str) -> JobRecord | None:
@@ -112,9 +184,13 @@ class JobStore:
                                 .order_by(jobs.c.created_at, jobs.c.id)).all()
         return [_record(r) for r in rows]
 
-    def count(self, status: str) -> int:
+    def count(self, status: str, client: str | None = None) -> int:
+        """Jobs with `status` (of one client, when given)."""
+        query = select(func.count()).select_from(jobs).where(jobs.c.status == status)
+        if client is not None:
+            query = query.where(jobs.c.client == client)
         with self._engine.connect() as conn:
-            return conn.execute(select(func.count()).select_from(jobs).where(jobs.c.status == status)).scalar_one()
+            return conn.execute(query).scalar_one()
 
     def queue_position(self, record: JobRecord) -> int:
         """Queued jobs ahead of `record` (0: next to run); the position a new job gets is count('queued')."""
@@ -122,6 +198,20 @@ class JobStore:
             ahead = select(func.count()).select_from(jobs).where(
                 jobs.c.status == "queued", _beyond(record, "desc"))
             return conn.execute(ahead).scalar_one()
+
+    # -- helpers --------------------------------------------------------------------------
+    def _update(self, where, fields: dict[str, Any]) -> bool:
+        unknown = set(fields) - set(_COLUMNS) - {"id"}
+        if unknown or "id" in fields:
+            raise ValueError(f"cannot update {sorted(unknown | ({'id'} & set(fields)))}; columns: {_COLUMNS[1:]}")
+        with self._write, self._engine.begin() as conn:
+            return conn.execute(update(jobs).where(where).values(**fields)).rowcount > 0
+
+    def _free(self, where) -> list[str]:
+        free = (update(jobs).where(where).values(status="queued", owner=None, lease_until=None, progress=0,
+                                                 extras={"stage": "queued"}).returning(jobs.c.id))
+        with self._write, self._engine.begin() as conn:
+            return list(conn.execute(free).scalars())
 
 
 def _beyond(anchor: JobRecord, order: str):
@@ -135,6 +225,18 @@ def _beyond(anchor: JobRecord, order: str):
 
 def _record(row) -> JobRecord:
     return JobRecord(**{name: getattr(row, name) for name in _COLUMNS})
+
+
+def _add_missing_columns(engine) -> None:
+    """Stores written before ownership existed get its columns (create_all adds tables only)."""
+    present = {c["name"] for c in inspect(engine).get_columns("jobs")}
+    kinds = {"owner": "VARCHAR(128)", "lease_until": "FLOAT", "attempt": "INTEGER NOT NULL DEFAULT 0",
+             "client": "VARCHAR(64)"}
+    missing = [name for name in OWNERSHIP if name not in present]
+    if missing:
+        with engine.begin() as conn:
+            for name in missing:
+                conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kinds[name]}"))
 
 
 def _sqlite_pragmas(dbapi_connection, _record_info) -> None:

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipedit.adapter import VideoShape
-from pipedit.bench_vae import measure_in_fresh_process, format_table
+from pipedit.bench.vae import measure_in_fresh_process, format_table
 from pipedit.cli import main
 
 ROW = re.compile(r"^(off|on)\s+([\d.]+)\s+(\d+)\s+([\d.]+|n/a)\s+([\d.]+)\s+(\S+)$")

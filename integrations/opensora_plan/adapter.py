@@ -30,6 +30,7 @@ class OpenSoraPlanAdapter:
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
     accepts_text_encoder_path = True
+    ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
 
     def __init__(self, components: dict, dit_config: dict, device, dtype: torch.dtype | None, vae_tiling: str = "auto"):
         if vae_tiling not in VAE_TILING_MODES:

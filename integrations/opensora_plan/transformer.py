@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipedit.errors import ModelPathError
+
 from .attention import OpenSoraAttention
+from .checkpoint import load_transformer_state, read_json
 from .rope import rope_tables, token_positions
 from .skiparse import layer_layout
 
@@ -249,32 +253,22 @@ class OpenSoraPlanTransformer(nn.Module):
 def load_transformer(folder, dtype: torch.dtype | None = None, device="cpu") -> OpenSoraPlanTransformer:
     """The official transformer folder (config.json + safetensors, sharded or not), key names
     unchanged. dtype None keeps the stored dtype (the release is fp32)."""
-    from pathlib import Path
-
-    from .checkpoint import load_transformer_state, read_json
-
     folder = Path(folder)
     try:
         config = TransformerConfig.from_dict(read_json(folder / "config.json"))
     except (TypeError, ValueError) as error:
-        from pipedit.errors import ModelPathError
-
         raise ModelPathError(f"{folder / 'config.json'}: {error}") from error
     target = torch.device(device)
     state = load_transformer_state(folder, target if target.type == "cuda" else "cpu")
     with torch.device("meta"):
         model = OpenSoraPlanTransformer(config)
-    load_module_state_assign(model, state, folder / "config.json")
+    # assign=True: the meta-built parameters become the loaded tensors (no second copy in memory).
+    result = model.load_state_dict(state, strict=False, assign=True)
+    if result.missing_keys or result.unexpected_keys:
+        raise ModelPathError(f"{folder} does not match its config.json: missing {result.missing_keys[:5]}, "
+                             f"unexpected {result.unexpected_keys[:5]}")
     stored = next(iter(state.values())).dtype
     model = model.to(device=target, dtype=dtype or stored)
     model.requires_grad_(False)
     return model.eval()
 
-
-def load_module_state_assign(model: nn.Module, state: dict, source) -> None:
-    from .checkpoint import ModelPathError
-
-    result = model.load_state_dict(state, strict=False, assign=True)
-    if result.missing_keys or result.unexpected_keys:
-        raise ModelPathError(f"{source.parent} does not match its config: missing {result.missing_keys[:5]}, "
-                             f"unexpected {result.unexpected_keys[:5]}")

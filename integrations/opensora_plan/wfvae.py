@@ -7,9 +7,14 @@ Video [B, 3, F, H, W] in [-1, 1], F = 4k+1  <->  latents [B, 8, k+1, H/8, W/8].
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from pathlib import Path
 
 import torch
 from torch import nn
+
+from pipedit.errors import ModelPathError
+
+from .checkpoint import load_module_state, read_json
 
 from .wfvae_blocks import (
     AttnBlock3DFix, CausalConv3d, Conv2d, Downsample, HaarWaveletTransform2D, HaarWaveletTransform3D,
@@ -248,12 +253,6 @@ HAAR_KEYS = ("wavelet_transform",)
 
 def load_wfvae(folder, dtype: torch.dtype | None = None, device="cpu", with_encoder: bool = True) -> WFVAE:
     """vae/config.json + vae/merged.ckpt (the decoder, and the encoder when asked)."""
-    from pathlib import Path
-
-    from pipedit.errors import ModelPathError
-
-    from .checkpoint import load_module_state, read_json
-
     folder = Path(folder)
     try:
         config = WFVAEConfig.from_dict(read_json(folder / "config.json"))

@@ -145,9 +145,9 @@ def model_name_for(path: str | Path, model: str | None = None) -> str:
     matches = [name for name, target in _LAYOUT_DETECTORS.items() if _import(target)(root)]
     if len(matches) == 1:
         return matches[0]
-    found = f"matches several layouts ({', '.join(matches)})" if matches else "has no model_index.json"
+    found = f"matches several layouts ({', '.join(matches)})" if matches else "model_index.json is missing"
     raise ModelPathError(
-        f"{root} {found}: expected a diffusers-layout checkpoint (model_index.json) or the official Open-Sora-Plan "
+        f"{root}: {found}; expected a diffusers-layout checkpoint (model_index.json) or the official Open-Sora-Plan "
         f"v1.3 layout (any93x640x640/ and vae/); name the model with --model ({', '.join(MODEL_NAMES)})"
     )
 

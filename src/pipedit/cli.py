@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_generate(sub)
     _add_demo_checkpoint(sub)
-    from .bench_cli import add_bench_parser
+    from .bench.cli import add_bench_parser
     from .check_node_cli import add_check_node_parser
     from .env_cli import add_env_parser
     from .render.cli import add_render_parser

@@ -146,10 +146,17 @@ class ServeConfig:
     host: str = "127.0.0.1"  # loopback unless told otherwise
     port: int = 8000
     data_dir: str | None = None  # jobs.sqlite and videos/; None: <pipedit cache>/serve
+    # The job store: any SQLAlchemy URL; None: SQLite data_dir/jobs.sqlite. Several replicas or
+    # nodes share one PostgreSQL store (postgresql+psycopg://...) and one data_dir for the videos.
+    database_url: str | None = None
+    num_replicas: int = 1  # Serve replicas, each with its own rank group, all taking jobs from the store
+    job_lease_s: float = 20.0  # a replica that stops renewing its job for this long loses it to another
     api_keys: tuple[str, ...] = ()  # Bearer keys; empty: no authentication
     model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
     # Limits on one request (a request above them gets 400 naming the field), and on the queue (429).
     max_queued: int = 16
+    max_queued_per_key: int = 8  # queued jobs of one API key (when api_keys are set)
+    max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request (400 above)
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -161,12 +168,18 @@ class ServeConfig:
         if isinstance(self.api_keys, str) or not all(isinstance(k, str) and k for k in self.api_keys):
             raise UserInputError("serve.api_keys must be a list of non-empty strings")
         object.__setattr__(self, "api_keys", tuple(self.api_keys))
-        for name in ("port", "max_queued", "max_steps", "max_prompt_chars", "max_side", "max_frames", "max_fps"):
+        for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",
+                     "max_prompt_chars", "max_side", "max_frames", "max_fps"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
             raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
+        if isinstance(self.job_lease_s, bool) or not isinstance(self.job_lease_s, (int, float)) or self.job_lease_s < 1:
+            raise UserInputError(f"serve.job_lease_s must be a number of seconds >= 1, got {self.job_lease_s!r}")
+        if self.database_url is not None and (not isinstance(self.database_url, str) or "://" not in self.database_url):
+            raise UserInputError(f"serve.database_url must be an SQLAlchemy URL such as "
+                                 f"postgresql+psycopg://user@host:5432/pipedit, got {self.database_url!r}")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,9 @@ def add_serve_parser(sub) -> None:
     p.add_argument("--data-dir", help="where jobs.sqlite and the videos live (default: <pipedit cache>/serve)")
     p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--max-queued", type=int, help="queued jobs beyond this are refused with 429")
+    p.add_argument("--database-url", help="job store URL, e.g. postgresql+psycopg://user@host/db "
+                                          "(default: SQLite in the data folder)")
+    p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
     p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
     p.set_defaults(run=_run_serve)
@@ -32,6 +35,7 @@ def _config(args):
     config = config.with_overrides("model", path=args.model_path)
     return config.with_overrides(
         "serve", host=args.host, port=args.port, data_dir=args.data_dir, max_queued=args.max_queued,
+        database_url=args.database_url, num_replicas=args.num_replicas,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
     )
 

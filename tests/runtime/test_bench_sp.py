@@ -48,7 +48,7 @@ def test_pipeline_table(ray_session, demo_checkpoint, capsys):
 
 
 def test_handoff_table(ray_session, monkeypatch, capsys):
-    import pipedit.bench_handoff as handoff
+    import pipedit.bench.handoff as handoff
 
     monkeypatch.setattr(handoff, "SIZES", [("tiny", (1, 2, 3, 4, 5))])
     assert main(["bench", "handoff", "--repeats", "2"]) == 0

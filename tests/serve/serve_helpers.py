@@ -109,3 +109,33 @@ def wait_status(url: str, video_id: str, statuses=("completed",), timeout=90.0) 
 
     wait_for(reached, timeout=timeout, every=0.1)
     return seen
+
+
+class IdleEngine:
+    """The engine core's interface, running nothing: jobs it is given stay in its queue (for
+    tests of the HTTP layer and admission, where no video need be made)."""
+
+    accepting = True
+
+    def __init__(self):
+        self.submitted = []
+
+    @property
+    def queue_length(self):
+        return len(self.submitted)
+
+    def add_listener(self, listener):
+        return lambda: None
+
+    def submit(self, request):
+        self.submitted.append(request.request_id)
+        return request.request_id
+
+    def cancel(self, request_id):
+        return request_id in self.submitted
+
+    def wait(self, request_id, timeout=None):
+        raise TimeoutError(request_id)
+
+    def close(self):
+        self.accepting = False

@@ -41,3 +41,11 @@ def test_num_frames_wins_over_seconds_and_limits_hold():
     with pytest.raises(ApiError) as error:
         _resolve(prompt="a fox", negative_prompt="blurry")
     assert error.value.code == "unsupported_parameter"
+
+
+@pytest.mark.parametrize("seconds", [float("inf"), "1e400", 1e308, "nan"])
+def test_infinite_or_huge_lengths_are_refused_not_crashed(seconds):
+    # Found by the API fuzz test: these once overflowed while counting frames (a 500).
+    with pytest.raises(ApiError) as caught:
+        _resolve(prompt="a fox", seconds=seconds)
+    assert caught.value.status == 400 and caught.value.param == "seconds"

@@ -12,6 +12,7 @@ from typing import Iterable, Iterator
 
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
+from ..errors import UserInputError
 from .calibration import resolve_parallel
 from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
@@ -46,6 +47,9 @@ class Engine:
             check_cfg_capable(adapter_class)  # before any rank starts
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
+        if self.layout.ring > 1 and not getattr(adapter_class, "ring_attention", True):
+            raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
+                                 f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)
         self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco)
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 from datetime import timedelta
+from pathlib import Path
 
 import torch
 
@@ -93,6 +95,29 @@ class RankWorker:
         if self.device.type == "cuda":
             return int(torch.cuda.max_memory_allocated(self.device))
         return self.peak_host_rss_bytes()
+
+    def reset_peak_memory(self) -> None:
+        """Starts a new peak for peak_memory: CUDA peak stats, or on Linux the process's peak
+        resident memory (VmHWM, reset through /proc/self/clear_refs)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            return
+        try:
+            Path("/proc/self/clear_refs").write_text("5")
+        except OSError:
+            pass  # no /proc: peak_memory reports the lifetime peak and says so
+
+    def peak_memory(self) -> tuple[int, str]:
+        """(bytes, what was measured) since the last reset_peak_memory."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+            return int(torch.cuda.max_memory_allocated(self.device)), "cuda_max_memory_allocated"
+        try:
+            status = Path("/proc/self/status").read_text()
+            return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024, "process_peak_rss"
+        except (OSError, AttributeError):
+            return self.peak_host_rss_bytes(), "process_lifetime_peak_rss"
 
     def close(self) -> None:
         import torch.distributed as dist

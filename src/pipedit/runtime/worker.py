@@ -25,6 +25,7 @@ class DenoiseWorker(RankWorker):
     job: DenoiseJob | None = None
     _pending_send = None
     predict = None  # None: the adapter's own predict_noise
+    offload_idle = False  # without decode ranks: keep the idle module (DiT or VAE) on the host
 
     def setup(self, model_path: str, rendezvous: str | None = None) -> None:
         self._join(model_path, rendezvous)
@@ -42,6 +43,29 @@ class DenoiseWorker(RankWorker):
         attention = self.adapter.attention_shape(request.shape)
         text_len = self.adapter.text_length(self.job.cond)
         return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.transformer.dtype)
+
+    def pipesp_chunk(self) -> int | None:
+        """Heads per PipeSP chunk the attention runs with now (None: synchronous or no Ulysses)."""
+        return getattr(self.sp.strategy, "chunk_heads", None) if self.sp is not None else None
+
+    def set_offload_idle(self, enabled: bool) -> bool:
+        """The sequential baseline's offload (no decode ranks): the VAE waits on the host while
+        the DiT denoises, the DiT while the VAE decodes. Returns whether it moves anything (not
+        on a CPU device, nor on ranks without the VAE)."""
+        self.offload_idle = enabled and self.layout.decode == 0 and self.device.type != "cpu" and "vae" in self.adapter.components
+        if self.offload_idle:
+            self.adapter.components["vae"].to("cpu")
+        return self.offload_idle
+
+    def _decode_offloaded(self, latents: torch.Tensor) -> torch.Tensor:
+        dit, vae = self.adapter.components["transformer"], self.adapter.components["vae"]
+        dit.to("cpu")
+        vae.to(self.device)
+        try:
+            return self.adapter.decode(latents)
+        finally:
+            vae.to("cpu")
+            dit.to(self.device)
 
     def aco_calls(self) -> int:
         """Attention calls per transformer forward that Aco helpers must serve."""
@@ -98,7 +122,7 @@ class DenoiseWorker(RankWorker):
             return None
         latents = job.latents.float()
         if self.layout.decode == 0:
-            frames = self.adapter.decode(job.latents)[0].cpu()
+            frames = (self._decode_offloaded if self.offload_idle else self.adapter.decode)(job.latents)[0].cpu()
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
             self._wait_send()

@@ -9,7 +9,7 @@ import time
 
 import torch
 
-from .distributed.spawn import run_on_gloo_ranks
+from ..distributed.spawn import run_on_gloo_ranks
 
 # (name, latent shape [B, C, T, h, w]): the demo's default request and two HunyuanVideo sizes.
 SIZES = [
@@ -22,7 +22,7 @@ SIZES = [
 def _p2p_rank(rank: int, world_size: int, shape, repeats: int) -> list[float]:
     import torch.distributed as dist
 
-    from .distributed.p2p import post
+    from ..distributed.p2p import post
 
     tensor = torch.randn(shape) if rank == 0 else torch.empty(shape)
     times = []
@@ -66,7 +66,7 @@ def _object_store_times(shape, repeats: int) -> list[float]:
 
 
 def bench_handoff(repeats: int = 5) -> str:
-    from .runtime.executor import ensure_ray
+    from ..runtime.executor import ensure_ray
 
     started = ensure_ray(2)
     lines = [f"latent handoff, median of {repeats} transfers (object store: includes two actor calls)",

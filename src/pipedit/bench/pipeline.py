@@ -5,15 +5,12 @@ with Aco. All three run on one world, so the figures compare like with like."""
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 
-from .config import EngineConfig
-from .errors import UserInputError
-from .request import RequestFailure, VideoRequest
-
-PROMPTS = ["a red fox running through fresh snow", "a lighthouse at dusk, waves", "a city street in the rain at night",
-           "a hot air balloon over green hills", "a cat chasing a butterfly", "ocean waves on black sand"]
+from ..config import EngineConfig
+from ..errors import UserInputError
+from ..request import VideoRequest
+from .batch import batch_requests, run_batch
 
 
 @dataclass
@@ -32,29 +29,20 @@ class ModeFigures:
 
 
 def _requests(template: VideoRequest, count: int) -> list[VideoRequest]:
-    return [VideoRequest(PROMPTS[i % len(PROMPTS)], height=template.height, width=template.width,
-                         num_frames=template.num_frames, steps=template.steps, seed=i) for i in range(count)]
+    return batch_requests(template.height, template.width, template.num_frames, template.steps, count)
 
 
 def _run_mode(engine, name: str, requests: list[VideoRequest], **options) -> ModeFigures:
-    start = time.perf_counter()
-    figures = ModeFigures(name, 0.0, [], [], [], 0, 0)
-    for outcome in engine.generate_many(requests, **options):
-        if isinstance(outcome, RequestFailure):
-            figures.failures += 1
-            continue
-        figures.latencies_s.append(time.perf_counter() - start)
-        figures.denoise_s.append(outcome.timings["encode_s"] + outcome.timings["denoise_s"])
-        figures.decode_s.append(outcome.timings["decode_s"])
-        figures.aco_steps += int(outcome.timings.get("aco_steps", 0))
-    figures.total_s = time.perf_counter() - start
-    return figures
+    run = run_batch(engine, requests, **options)
+    return ModeFigures(name, run.total_s, run.latencies_s,
+                       [r.timings["encode_s"] + r.timings["denoise_s"] for r in run.results],
+                       [r.timings["decode_s"] for r in run.results], run.aco_steps, len(run.failures))
 
 
 def bench_pipeline(config: EngineConfig, template: VideoRequest, prompts: int, repeats: int = 3) -> str:
     """Runs the three modes `repeats` times, interleaved (machine noise hits all of them alike),
     and reports each mode's median run."""
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     if config.parallel.decode_ranks == 0:
         raise UserInputError("bench pipeline needs decode ranks: --decode-ranks N (or auto with --ranks)")

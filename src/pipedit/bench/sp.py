@@ -8,12 +8,12 @@ from dataclasses import replace
 
 import torch
 
-from .attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
-from .attention.registry import get_attention_strategy
-from .config import EngineConfig, ParallelConfig
-from .distributed.context import ParallelContext
-from .distributed.spawn import run_on_gloo_ranks
-from .request import VideoRequest
+from ..attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
+from ..attention.registry import get_attention_strategy
+from ..config import EngineConfig, ParallelConfig
+from ..distributed.context import ParallelContext
+from ..distributed.spawn import run_on_gloo_ranks
+from ..request import VideoRequest
 
 
 def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> list:
@@ -24,10 +24,10 @@ def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> l
 
 def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int,
              single_device: bool = False) -> str:
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     if config.parallel.ulysses < 2:
-        from .errors import UserInputError
+        from ..errors import UserInputError
 
         raise UserInputError("bench sp compares Ulysses all-to-all modes: use --ulysses 2 or more")
     config = config.with_overrides("parallel", pipesp_chunk="auto")
@@ -43,7 +43,7 @@ def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | No
 
 def time_single_device(config: EngineConfig, request: VideoRequest, cond: dict, repeats: int) -> float:
     """Median seconds of one transformer forward on one in-process rank (first call warms up)."""
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     single = replace(config, parallel=ParallelConfig(pipesp_chunk="off", aco="off"))
     with Engine(single) as engine:

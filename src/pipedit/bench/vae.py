@@ -20,8 +20,8 @@ from pathlib import Path
 
 import torch
 
-from .adapter import VideoShape, load_adapter
-from .config import EngineConfig
+from ..adapter import VideoShape, load_adapter
+from ..config import EngineConfig
 
 MODES = {"both": ("off", "on"), "off": ("off",), "on": ("on",)}
 MIB = 2**20
@@ -98,7 +98,7 @@ def bench_vae(config: EngineConfig, shape: VideoShape, tiling: str = "both", see
     from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
 
     path = config.model.path or str(ensure_demo_checkpoint())
-    from .distributed.devices import resolve_rank_device
+    from ..distributed.devices import resolve_rank_device
 
     device, dtype = resolve_rank_device(config.model.device), config.model.torch_dtype()
     load_adapter(path, parts=(), device=device, dtype=dtype).validate(shape, 1)  # configs only: cheap

@@ -40,10 +40,10 @@ def _add_sp(kinds) -> None:
 
 
 def _run_sp(args) -> int:
-    from .bench import bench_sp
-    from .config import EngineConfig, load_config
-    from .errors import UserInputError
-    from .request import VideoRequest
+    from .sp import bench_sp
+    from ..config import EngineConfig, load_config
+    from ..errors import UserInputError
+    from ..request import VideoRequest
 
     if args.repeats < 1:
         raise UserInputError(f"--repeats must be at least 1, got {args.repeats}")
@@ -59,9 +59,9 @@ def _run_sp(args) -> int:
 
 
 def _run_sp_attention(args) -> int:
-    from .attention.autotune import AttentionShape
-    from .bench import bench_sp_attention
-    from .errors import UserInputError
+    from ..attention.autotune import AttentionShape
+    from .sp import bench_sp_attention
+    from ..errors import UserInputError
 
     if args.ulysses < 2 or args.ulysses > args.heads:
         raise UserInputError(f"--ulysses must be between 2 and --heads ({args.heads}), got {args.ulysses}")
@@ -73,7 +73,7 @@ def _run_sp_attention(args) -> int:
 
 
 def _add_pipeline(kinds) -> None:
-    from .cli import add_pipeline_flags
+    from ..cli import add_pipeline_flags
 
     p = kinds.add_parser("pipeline", help="K prompts: sequential vs DeDiVAE vs DeDiVAE + Aco")
     p.add_argument("--prompts", type=int, default=6, help="number of prompts (K)")
@@ -91,11 +91,11 @@ def _add_pipeline(kinds) -> None:
 
 
 def _run_pipeline(args) -> int:
-    from .bench_pipeline import bench_pipeline
-    from .cli import pipeline_overrides
-    from .config import EngineConfig, load_config
-    from .errors import UserInputError
-    from .generate import request_from_config
+    from .pipeline import bench_pipeline
+    from ..cli import pipeline_overrides
+    from ..config import EngineConfig, load_config
+    from ..errors import UserInputError
+    from ..generate import request_from_config
 
     if args.prompts < 1 or args.repeats < 1:
         raise UserInputError(f"--prompts and --repeats must be at least 1, got {args.prompts} and {args.repeats}")
@@ -119,8 +119,8 @@ def _add_handoff(kinds) -> None:
 
 
 def _run_handoff(args) -> int:
-    from .bench_handoff import bench_handoff
-    from .errors import UserInputError
+    from .handoff import bench_handoff
+    from ..errors import UserInputError
 
     if args.repeats < 1:
         raise UserInputError(f"--repeats must be at least 1, got {args.repeats}")
@@ -141,9 +141,9 @@ def _add_vae(kinds) -> None:
 
 
 def _run_vae(args) -> int:
-    from .adapter import VideoShape
-    from .bench_vae import bench_vae
-    from .config import EngineConfig, load_config
+    from ..adapter import VideoShape
+    from .vae import bench_vae
+    from ..config import EngineConfig, load_config
 
     config = load_config(args.config) if args.config else EngineConfig()
     config = config.with_overrides("model", path=args.model_path)
@@ -159,3 +159,8 @@ def add_bench_parser(sub) -> None:
     _add_pipeline(kinds)
     _add_handoff(kinds)
     _add_vae(kinds)
+    from .latency_cli import add_latency_parser
+    from .load import add_load_parser
+
+    add_latency_parser(kinds)
+    add_load_parser(kinds)

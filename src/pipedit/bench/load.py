@@ -1,0 +1,199 @@
+"""`pipedit bench load`: a bounded burst of create requests against a running server.
+
+Each of C workers submits a request, then polls it until it ends; a 429 is counted as rejected
+(not retried). The report: accepted / rejected / succeeded / failed / cancelled counts, 5xx
+answers, and submit->terminal latency percentiles of the accepted jobs. The run fails (exit 1)
+when an accepted job did not reach a terminal state or any answer was a 5xx."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from urllib.parse import urlsplit
+
+import numpy as np
+
+TERMINAL = ("completed", "failed", "cancelled")
+POLL_S = 0.2
+
+
+@dataclass
+class LoadReport:
+    requests: int = 0
+    accepted: int = 0
+    rejected: int = 0  # 429
+    succeeded: int = 0
+    failed: int = 0
+    cancelled: int = 0
+    not_terminal: int = 0  # accepted, still unfinished when the wait ended
+    server_errors: int = 0  # 5xx answers, to any call
+    client_errors: int = 0  # other 4xx answers to the create call
+    unreachable: int = 0
+    latencies_s: list[float] = field(default_factory=list)
+    wall_s: float = 0.0
+
+    def percentile(self, q: float) -> float | None:
+        return float(np.percentile(self.latencies_s, q)) if self.latencies_s else None
+
+    @property
+    def ok(self) -> bool:
+        return self.not_terminal == 0 and self.server_errors == 0 and self.unreachable == 0
+
+    def summary(self) -> dict:
+        figures = {k: v for k, v in asdict(self).items() if k != "latencies_s"}
+        figures.update({f"p{q}_s": self.percentile(q) for q in (50, 90, 99)})
+        return figures
+
+    def text(self) -> str:
+        def seconds(q):
+            value = self.percentile(q)
+            return "n/a" if value is None else f"{value:.2f} s"
+
+        lines = [
+            f"requests {self.requests} in {self.wall_s:.1f} s: accepted {self.accepted}, rejected (429) "
+            f"{self.rejected}, other 4xx {self.client_errors}, 5xx {self.server_errors}, unreachable {self.unreachable}",
+            f"accepted jobs: succeeded {self.succeeded}, failed {self.failed}, cancelled {self.cancelled}, "
+            f"not terminal {self.not_terminal}",
+            f"latency submit->terminal: p50 {seconds(50)}, p90 {seconds(90)}, p99 {seconds(99)}",
+            "every accepted job ended in a terminal state, no 5xx" if self.ok else
+            "FAILED: some accepted jobs did not end, or the server answered 5xx / was unreachable",
+        ]
+        return "\n".join(lines)
+
+
+def run_load(endpoint: str, requests: int, concurrency: int, duration: float | None = None, *,
+             body: dict | None = None, api_key: str | None = None, timeout: float = 600.0,
+             progress: bool = False) -> LoadReport:
+    """Sends up to `requests` create calls, `concurrency` at a time, none after `duration` seconds;
+    waits up to `timeout` seconds (from the start) for every accepted job to end."""
+    base = endpoint.rstrip("/")
+    body = body or {"prompt": "a load test: a red fox running through snow"}
+    report, lock = LoadReport(), threading.Lock()
+    started = time.monotonic()
+    bar = _progress(requests, progress)
+
+    def one(index: int) -> None:
+        if duration is not None and time.monotonic() - started > duration:
+            return
+        outcome, latency, codes = _one_job(base, dict(body), api_key, started + timeout)
+        with lock:
+            report.requests += 1
+            report.server_errors += sum(1 for code in codes if code >= 500)
+            _count(report, outcome, latency)
+            bar.update(1)
+
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        list(pool.map(one, range(requests)))
+    bar.close()
+    report.wall_s = time.monotonic() - started
+    return report
+
+
+def _one_job(base: str, body: dict, api_key: str | None, deadline: float) -> tuple[str, float | None, list[int]]:
+    """(outcome, latency, HTTP codes seen): outcome is rejected, client_error, unreachable,
+    server_error, not_terminal or the job's terminal status."""
+    codes: list[int] = []
+    submitted = time.monotonic()
+    code, reply = _call("POST", f"{base}/v1/videos", api_key, body)
+    codes.append(code)
+    if code == 429:
+        return "rejected", None, codes
+    if code != 200:
+        return ("unreachable" if code == 0 else "server_error" if code >= 500 else "client_error"), None, codes
+    video_id = reply["id"]
+    while time.monotonic() < deadline:
+        code, video = _call("GET", f"{base}/v1/videos/{video_id}", api_key)
+        codes.append(code)
+        if code == 200 and video["status"] in TERMINAL:
+            return video["status"], time.monotonic() - submitted, codes
+        time.sleep(POLL_S)
+    return "not_terminal", None, codes
+
+
+def _count(report: LoadReport, outcome: str, latency: float | None) -> None:
+    counters = {"rejected": "rejected", "client_error": "client_errors", "unreachable": "unreachable",
+                "completed": "succeeded", "failed": "failed", "cancelled": "cancelled",
+                "not_terminal": "not_terminal"}
+    if outcome in TERMINAL or outcome == "not_terminal":
+        report.accepted += 1
+    if outcome in counters:
+        setattr(report, counters[outcome], getattr(report, counters[outcome]) + 1)
+    if latency is not None:
+        report.latencies_s.append(latency)
+
+
+def _call(method: str, url: str, api_key: str | None, body: dict | None = None) -> tuple[int, dict | None]:
+    """(HTTP status, JSON body); status 0 when the server could not be reached."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    data = json.dumps(body).encode() if body is not None else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as error:
+        return error.code, None
+    except (urllib.error.URLError, OSError, ValueError):
+        return 0, None
+
+
+def _progress(total: int, enabled: bool):
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="requests ended", unit="req", disable=not enabled)
+
+
+def is_loopback(endpoint: str) -> bool:
+    host = urlsplit(endpoint).hostname or ""
+    try:
+        return all(ipaddress.ip_address(info[4][0]).is_loopback
+                   for info in socket.getaddrinfo(host, None))
+    except (socket.gaierror, ValueError):
+        return False
+
+
+# -- the command line ---------------------------------------------------------------------------
+def add_load_parser(kinds) -> None:
+    p = kinds.add_parser("load", help="a bounded burst of create requests against a server on loopback")
+    p.add_argument("--endpoint", required=True, help="the server's base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--requests", type=int, default=30, help="create calls in all (default 30)")
+    p.add_argument("--concurrency", type=int, default=10, help="calls in flight at once (default 10)")
+    p.add_argument("--duration", type=float, help="send no new request after this many seconds")
+    p.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for accepted jobs (default 600)")
+    p.add_argument("--api-key", help="Bearer key, when the server has keys")
+    p.add_argument("--prompt", default="a load test: a red fox running through snow")
+    p.add_argument("--size", default="64x64", help="WIDTHxHEIGHT of each request (default 64x64)")
+    p.add_argument("--num-frames", type=int, default=5)
+    p.add_argument("--steps", type=int, default=2, help="num_inference_steps of each request (default 2)")
+    p.add_argument("--allow-remote", action="store_true", help="allow an endpoint that is not on loopback")
+    p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
+    p.set_defaults(run=_run_load)
+
+
+def _run_load(args) -> int:
+    from .errors import UserInputError
+
+    for name in ("requests", "concurrency"):
+        if getattr(args, name) < 1:
+            raise UserInputError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if args.duration is not None and args.duration <= 0:
+        raise UserInputError(f"--duration must be a positive number of seconds, got {args.duration}")
+    if urlsplit(args.endpoint).scheme not in ("http", "https"):
+        raise UserInputError(f"--endpoint must be an http(s) URL such as http://127.0.0.1:8000, got {args.endpoint!r}")
+    if not args.allow_remote and not is_loopback(args.endpoint):
+        raise UserInputError(f"{args.endpoint} is not on loopback: a load burst is for a local server; "
+                             f"pass --allow-remote to aim it elsewhere")
+    body = {"prompt": args.prompt, "size": args.size, "num_frames": args.num_frames,
+            "num_inference_steps": args.steps}
+    report = run_load(args.endpoint, args.requests, args.concurrency, args.duration, body=body,
+                      api_key=args.api_key, timeout=args.timeout, progress=not args.json)
+    print(json.dumps(report.summary()) if args.json else report.text())
+    return 0 if report.ok else 1

@@ -1,0 +1,147 @@
+"""Job ownership in the store, on SQLite and on PostgreSQL: claims are exclusive across
+connections, leases lapse and re-queue, and only the current (owner, attempt) may write."""
+
+import threading
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from pipedit.serve.store import JobRecord, JobStore
+
+
+def _fill(store, n):
+    for i in range(n):
+        store.add(JobRecord(id=f"video_{i:02d}", status="queued", created_at=1000.0 + i, params={"i": i}))
+
+
+def test_claims_take_the_oldest_free_job_once(store_url):
+    store = JobStore(store_url)
+    _fill(store, 2)
+    first, second = store.claim("a", 30), store.claim("b", 30)
+    assert (first.id, first.owner, first.attempt) == ("video_00", "a", 1)
+    assert (second.id, second.owner) == ("video_01", "b") and store.claim("a", 30) is None
+    assert store.get("video_00").status == "queued" and store.get("video_00").lease_until > time.time()
+    store.close()
+
+
+def test_concurrent_claimers_never_share_a_job(store_url):
+    _fill(seed := JobStore(store_url), 24)
+    stores = [JobStore(store_url) for _ in range(4)]  # separate connection pools, as replicas have
+    taken: dict[str, list[str]] = {str(i): [] for i in range(4)}
+
+    def claim_all(name, store):
+        while (record := store.claim(name, 30)) is not None:
+            taken[name].append(record.id)
+
+    threads = [threading.Thread(target=claim_all, args=(str(i), s)) for i, s in enumerate(stores)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    everything = [job for ids in taken.values() for job in ids]
+    assert sorted(everything) == [f"video_{i:02d}" for i in range(24)]  # each exactly once
+    assert {r.owner for r in seed.unfinished()} == {name for name, ids in taken.items() if ids}
+    for store in stores + [seed]:
+        store.close()
+
+
+def test_a_lapsed_lease_requeues_and_fences_the_late_owner(store_url):
+    store = JobStore(store_url)
+    _fill(store, 1)
+    dead = store.claim("dead", 0.3)
+    assert store.update_owned(dead.id, "dead", 1, status="in_progress", progress=40)
+    assert store.requeue_expired() == []  # not lapsed yet
+    time.sleep(0.5)
+    assert store.requeue_expired() == [dead.id]
+    requeued = store.get(dead.id)
+    assert (requeued.status, requeued.owner, requeued.progress) == ("queued", None, 0)
+    alive = store.claim("alive", 30)
+    assert (alive.id, alive.attempt) == (dead.id, 2)
+    assert not store.update_owned(dead.id, "dead", 1, status="completed", progress=100)  # the late result
+    assert store.update_owned(dead.id, "alive", 2, status="completed", progress=100)
+    assert not store.update_owned(dead.id, "alive", 2, status="failed")  # final stays final
+    final = store.get(dead.id)
+    assert (final.status, final.owner, final.attempt) == ("completed", "alive", 2)
+    store.close()
+
+
+def test_heartbeats_keep_a_lease_and_say_which_jobs_are_gone(store_url):
+    store = JobStore(store_url)
+    _fill(store, 2)
+    kept, deleted = store.claim("me", 0.4), store.claim("me", 0.4)
+    store.delete(deleted.id)
+    for _ in range(6):
+        assert store.heartbeat("me", {kept.id, deleted.id}, 0.4) == {kept.id}
+        time.sleep(0.1)
+    assert store.requeue_expired() == [] and store.get(kept.id).owner == "me"
+    assert store.heartbeat("someone else", {kept.id}, 0.4) == set()
+    assert store.release("me") == [kept.id] and store.get(kept.id).owner is None
+    store.close()
+
+
+def test_queue_counts_per_client(store_url):
+    store = JobStore(store_url)
+    for i, client in enumerate(["k1", "k1", "k2", None]):
+        store.add(JobRecord(id=f"video_{i}", status="queued", created_at=float(i), params={}, client=client))
+    assert store.count("queued") == 4 and store.count("queued", client="k1") == 2
+    assert store.count("queued", client="k3") == 0
+    store.close()
+
+
+def test_a_store_from_before_ownership_gets_its_columns(tmp_path):
+    url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
+    old = create_engine(url)
+    with old.begin() as conn:
+        conn.execute(text("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
+                          "progress INTEGER NOT NULL, created_at FLOAT NOT NULL, completed_at FLOAT, "
+                          "params JSON NOT NULL, extras JSON NOT NULL, error JSON, video_file VARCHAR(255))"))
+        conn.execute(text("INSERT INTO jobs VALUES ('video_old', 'in_progress', 50, 1.0, NULL, '{}', '{}', NULL, "
+                          "NULL)"))
+    old.dispose()
+    store = JobStore(url)
+    assert store.get("video_old").attempt == 0
+    assert store.requeue_expired() == ["video_old"]  # running with no owner: its server died
+    assert store.claim("new", 30).attempt == 1
+    store.close()
+
+
+def test_unknown_columns_and_the_id_cannot_be_updated(tmp_path):
+    store = JobStore.in_folder(tmp_path)
+    for fields in ({"nonsense": 1}, {"id": "video_x"}):
+        with pytest.raises(ValueError, match="cannot update"):
+            store.update_owned("video_0", "me", 1, **fields)
+    store.close()
+
+
+def _claim_all_in_a_process(url, name, results, start):
+    store = JobStore(url)
+    taken = []
+    start.wait(timeout=60)  # all processes claim at the same time
+    while (record := store.claim(name, 30)) is not None:
+        taken.append(record.id)
+        time.sleep(0.01)
+    results.put((name, taken))
+    store.close()
+
+
+@pytest.mark.slow
+def test_claimers_in_separate_processes_never_share_a_job(store_url):
+    import multiprocessing
+
+    _fill(seed := JobStore(store_url), 30)
+    context = multiprocessing.get_context("spawn")
+    results, start = context.Queue(), context.Barrier(3)
+    workers = [context.Process(target=_claim_all_in_a_process, args=(store_url, f"p{i}", results, start))
+               for i in range(3)]
+    for worker in workers:
+        worker.start()
+    taken = dict(results.get(timeout=120) for _ in workers)
+    for worker in workers:
+        worker.join(timeout=30)
+        assert worker.exitcode == 0
+    everything = sorted(job for ids in taken.values() for job in ids)
+    assert everything == [f"video_{i:02d}" for i in range(30)]  # each exactly once, across processes
+    assert all(seed.get(job).owner == name for name, ids in taken.items() for job in ids)
+    assert sum(1 for ids in taken.values() if ids) >= 2  # they did compete
+    seed.close()
