@@ -163,9 +163,11 @@ def ensure_demo_checkpoint() -> Path:
     from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
 
     path = default_cache_dir() / DEMO_VERSION
-    if not (path / VAE_FOLDER / "merged.ckpt").is_file():
+    done = path / VAE_FOLDER / "merged.ckpt"
+    if not done.is_file():
         try:
             write_demo_checkpoint(path)
-        except FileExistsError:  # another process finished it first
-            pass
+        except OSError:  # another process finished it first (FileExistsError, or its rename won)
+            if not done.is_file():
+                raise
     return path

@@ -107,3 +107,19 @@ def test_default_model_path_of_opensora_plan_is_its_demo(osp_demo, tmp_path, mon
     shutil.copytree(osp_demo, tmp_path / DEMO_VERSION)  # already built: reused, not rewritten
     assert resolve_model_path(None, "opensora-plan") == tmp_path / DEMO_VERSION
     assert model_name_for(resolve_model_path(None, "opensora-plan")) == "opensora-plan"
+
+
+def test_adapter_decode_tiling_option_and_uint8_truncation(osp_demo):
+    import torch
+
+    from pipedit.adapter import load_adapter
+
+    latents = torch.randn(1, 8, 3, 4, 4, generator=torch.Generator().manual_seed(2))
+    untiled = load_adapter(osp_demo, parts={"vae"}, vae_tiling="off").decode(latents)
+    tiled = load_adapter(osp_demo, parts={"vae"}, vae_tiling="on").decode(latents)
+    assert untiled.shape == (1, 9, 32, 32, 3)
+    assert (tiled - untiled).abs().max().item() <= 1 / 255  # odd T: equal up to float rounding at a level
+    levels = untiled * 255
+    assert torch.equal(levels, levels.round()) and 0 <= untiled.min() and untiled.max() <= 1
+    with pytest.raises(UserInputError, match="vae_tiling must be one of auto, on, off"):
+        load_adapter(osp_demo, parts=set(), vae_tiling="yes")
