@@ -30,7 +30,7 @@ class OpenSoraPlanAdapter:
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
     accepts_text_encoder_path = True
-    sequence_parallel = False  # enable_sequence_parallel is not implemented yet (the engine refuses SP / Aco)
+    ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
 
     def __init__(self, components: dict, dit_config: dict, device, dtype: torch.dtype | None, vae_tiling: str = "auto"):
         if vae_tiling not in VAE_TILING_MODES:
@@ -172,8 +172,9 @@ class OpenSoraPlanAdapter:
                               heads=self.num_heads, head_dim=int(self.dit_config["attention_head_dim"]))
 
     def enable_sequence_parallel(self, ctx, strategy) -> int:
-        raise NotImplementedError("sequence parallelism for OpenSoraPlan is not available yet: run with one "
-                                  "denoise rank (--ulysses 1 --ring 1, no Aco)")
+        from .parallel import enable_sequence_parallel
+
+        return enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:

@@ -58,6 +58,8 @@ def add_engine_flags(p, seed_help: str) -> None:
     p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.add_argument("--cfg-parallel", action="store_true", default=None,
+                   help="guidance's conditional and unconditional passes on two rank groups (models with CFG)")
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_pipeline_flags(p)
@@ -127,7 +129,8 @@ def engine_config(args):
     config = load_config(args.config) if args.config else EngineConfig()
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
                                    text_encoder_path=args.text_encoder_path)
-    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
+                                   cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,

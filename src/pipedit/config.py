@@ -80,6 +80,9 @@ class ParallelConfig:
     # Latent handoff denoise -> decode: p2p (torch.distributed; measured 5x faster than the Ray
     # object store for 29 MiB latents on gloo, see `pipedit bench handoff`) or object_store.
     handoff: str = "p2p"
+    # Classifier-free guidance's two branches on two rank groups of ulysses*ring ranks each
+    # (the noise predictions are exchanged every step); needs a model with CFG branches.
+    cfg_parallel: bool = False
 
     def __post_init__(self):
         for name in ("ulysses", "ring"):
@@ -93,6 +96,14 @@ class ParallelConfig:
         _check_choice("aco", self.aco, ("off", "on", "auto"))
         _check_choice("text_encoder", self.text_encoder, ("auto", "dit", "vae"))
         _check_choice("handoff", self.handoff, ("object_store", "p2p"))
+        if not isinstance(self.cfg_parallel, bool):
+            raise UserInputError(f"cfg_parallel must be true or false, got {self.cfg_parallel!r}")
+        if self.cfg_parallel and self.decode_ranks == "auto":
+            raise UserInputError("decode_ranks auto does not plan CFG-parallel groups yet: give --decode-ranks N "
+                                 "with --cfg-parallel")
+        if self.cfg_parallel and self.aco == "on":
+            raise UserInputError("aco on cannot be combined with cfg_parallel (Aco helpers serve one SP group); "
+                                 "use --aco off or drop --cfg-parallel")
         if self.aco == "on" and (self.decode_ranks == 0 or self.ring > 1):
             raise UserInputError("aco on needs decode ranks (--decode-ranks N or auto) and --ring 1 "
                                  "(decode ranks take a share of the Ulysses heads)")
@@ -107,13 +118,14 @@ class ParallelConfig:
             raise UserInputError(f"decode_ranks must be 'auto' or an integer >= 0, got {decode!r}")
         if ranks is not None and ranks != self.denoise_ranks + decode:
             raise UserInputError(
-                f"ranks {ranks} != ulysses*ring ({self.denoise_ranks}) + decode_ranks ({decode}); "
+                f"ranks {ranks} != ulysses*ring{'*2 (cfg_parallel)' if self.cfg_parallel else ''} "
+                f"({self.denoise_ranks}) + decode_ranks ({decode}); "
                 f"drop --ranks or make them add up"
             )
 
     @property
     def denoise_ranks(self) -> int:
-        return self.ulysses * self.ring
+        return self.ulysses * self.ring * (2 if self.cfg_parallel else 1)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ holds the same generator, so all ranks draw the same noise whatever the parallel
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,17 +27,19 @@ class DenoiseJob:
     scheduler: Any
     timesteps: torch.Tensor
     latents: torch.Tensor
+    predict: Callable[..., torch.Tensor]  # adapter.predict_noise, or a CFG-parallel predictor
     generator: torch.Generator | None = None
     steps_done: int = 0
 
     @classmethod
-    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor]) -> "DenoiseJob":
+    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
+              predict: Callable[..., torch.Tensor] | None = None) -> "DenoiseJob":
         scheduler, timesteps = adapter.make_scheduler(request.steps)
         generator = request.generator()
         latents = adapter.prepare_latents(request.shape, generator)
         if hasattr(scheduler, "init_noise_sigma"):  # diffusers' convention (e.g. Euler: sigmas.max())
             latents = latents * scheduler.init_noise_sigma
-        return cls(request, cond, scheduler, timesteps, latents, generator)
+        return cls(request, cond, scheduler, timesteps, latents, predict or adapter.predict_noise, generator)
 
     @property
     def total_steps(self) -> int:
@@ -52,7 +55,7 @@ class DenoiseJob:
         model_input = self.latents
         if hasattr(self.scheduler, "scale_model_input"):  # e.g. Euler: x / sqrt(sigma^2 + 1)
             model_input = self.scheduler.scale_model_input(self.latents, timestep)
-        noise = adapter.predict_noise(model_input, timestep, self.cond, self.request.guidance_scale)
+        noise = self.predict(model_input, timestep, self.cond, self.request.guidance_scale)
         self.latents = self.scheduler.step(noise, timestep, self.latents, generator=self.generator,
                                            return_dict=False)[0]
         self.steps_done += 1

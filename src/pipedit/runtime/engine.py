@@ -14,6 +14,7 @@ from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
 from ..errors import UserInputError
 from .calibration import resolve_parallel
+from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
 from .layout import WorldLayout
@@ -42,11 +43,13 @@ class Engine:
         heads = attention_heads(model_path, config.model.name)
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
+        if parallel.cfg_parallel:
+            check_cfg_capable(adapter_class)  # before any rank starts
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
-        if (self.layout.denoise > 1 or self.layout.aco) and not getattr(adapter_class, "sequence_parallel", True):
-            raise UserInputError(f"{adapter_class.family} runs on one denoise rank for now: use --ulysses 1 --ring 1 "
-                                 f"and, with decode ranks, --aco off")
+        if self.layout.ring > 1 and not getattr(adapter_class, "ring_attention", True):
+            raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
+                                 f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)
         self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco)
 

@@ -92,11 +92,11 @@ def test_config_carries_model_name_and_text_encoder(tmp_path):
         ModelConfig(name="opensora")
 
 
-def test_sequence_parallel_is_refused_up_front(osp_demo, tmp_path, capsys):
+def test_ring_attention_is_refused_up_front(osp_demo, tmp_path, capsys):
     code = main(["generate", "--model-path", str(osp_demo), "--prompt", "a cat", "--output", str(tmp_path / "v.mp4"),
-                 "--steps", "1", "--height", "32", "--width", "32", "--num-frames", "5", "--ulysses", "2"])
+                 "--steps", "1", "--height", "32", "--width", "32", "--num-frames", "5", "--ring", "2"])
     assert code == 2
-    assert "one denoise rank for now" in capsys.readouterr().err
+    assert "use --ulysses 2 --ring 1" in capsys.readouterr().err
 
 
 def test_default_model_path_of_opensora_plan_is_its_demo(osp_demo, tmp_path, monkeypatch):
