@@ -41,12 +41,12 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     """A running service; stop it with `service.shutdown()`. database_url: any SQLAlchemy URL
     (default: serve.database_url, else SQLite `jobs.sqlite` in data_dir). `owner`: how this
     replica signs the jobs it runs (default: host, pid and a random tag)."""
-    model_path = str(resolve_model_path(config.model.path))
+    model_path = str(resolve_model_path(config.model.path, config.model.name))
     url = database_url or config.serve.database_url
     store = JobStore(url) if url else JobStore.in_folder(data_dir)
     engine = EngineCore.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
-                         limits, validate=shape_validator(model_path), lease_s=config.serve.job_lease_s,
+                         limits, validate=shape_validator(model_path, config.model.name), lease_s=config.serve.job_lease_s,
                          replicas=config.serve.num_replicas, owner=owner)
     service.recover()
     return service

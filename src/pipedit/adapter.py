@@ -14,9 +14,18 @@ import torch
 
 from .errors import ModelPathError
 
-# pipeline class in model_index.json -> "module:class" of the adapter, imported lazily.
-_ADAPTERS: dict[str, str] = {
-    "HunyuanVideoPipeline": "pipedit.integrations.hunyuan_video.adapter:HunyuanVideoAdapter",
+# Model name (--model) -> "module:class" of the adapter, imported lazily.
+_MODELS: dict[str, str] = {
+    "hunyuan-video": "pipedit.integrations.hunyuan_video.adapter:HunyuanVideoAdapter",
+    "opensora-plan": "pipedit.integrations.opensora_plan.adapter:OpenSoraPlanAdapter",
+}
+MODEL_NAMES = tuple(_MODELS)
+# pipeline class in model_index.json -> model name.
+_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video"}
+# Checkpoints without model_index.json: model name -> "module:function" telling whether a folder
+# holds that model's official release layout.
+_LAYOUT_DETECTORS: dict[str, str] = {
+    "opensora-plan": "pipedit.integrations.opensora_plan.checkpoint:is_official_layout",
 }
 
 # Which parts of a model a worker loads: denoise ranks never need the VAE, decode ranks never the DiT.
@@ -55,7 +64,9 @@ class ModelAdapter(Protocol):
 
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]: ...
 
-    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor: ...
+    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
+        """Unit-variance initial noise, the request generator's first draw; the denoising job
+        scales it by the scheduler's init_noise_sigma when the scheduler has one."""
 
     def make_scheduler(self, steps: int) -> tuple[Any, torch.Tensor]:
         """A fresh scheduler with its timesteps set (schedulers are stateful: one per request)."""
@@ -92,8 +103,11 @@ def read_model_index(path: str | Path) -> dict[str, Any]:
     return index
 
 
-def attention_heads(path: str | Path) -> int:
+def attention_heads(path: str | Path, model: str | None = None) -> int:
     """The DiT's attention head count, read from its config without loading weights."""
+    reader = getattr(adapter_class_for(path, model), "config_heads", None)
+    if reader is not None:
+        return reader(path)
     config_file = Path(path) / "transformer" / "config.json"
     try:
         return int(json.loads(config_file.read_text())["num_attention_heads"])
@@ -101,25 +115,62 @@ def attention_heads(path: str | Path) -> int:
         raise ModelPathError(f"{config_file} is missing or has no num_attention_heads ({error})") from error
 
 
-def adapter_class_for(path: str | Path) -> type:
-    """The adapter for the checkpoint at `path`; ModelPathError if none supports it."""
-    index = read_model_index(path)
-    target = _ADAPTERS.get(index["_class_name"])
-    if target is None:
-        raise ModelPathError(
-            f"{path} holds a {index['_class_name']}; supported pipelines: {', '.join(sorted(_ADAPTERS))}"
-        )
-    module_name, class_name = target.split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+def _import(target: str):
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def check_model_name(model: str) -> None:
+    if model not in _MODELS:
+        raise ModelPathError(f"unknown model {model!r}; supported models: {', '.join(MODEL_NAMES)}")
+
+
+def model_name_for(path: str | Path, model: str | None = None) -> str:
+    """`model` when given; else model_index.json's pipeline; else the one official release
+    layout the folder matches. ModelPathError naming what was expected otherwise."""
+    if model is not None:
+        check_model_name(model)
+        return model
+    root = Path(path)
+    if not root.is_dir():
+        raise ModelPathError(f"model path {root} does not exist or is not a directory")
+    if (root / "model_index.json").is_file():
+        index = read_model_index(root)
+        name = _ADAPTERS.get(index["_class_name"])
+        if name is None:
+            raise ModelPathError(
+                f"{path} holds a {index['_class_name']}; supported pipelines: {', '.join(sorted(_ADAPTERS))}"
+            )
+        return name
+    matches = [name for name, target in _LAYOUT_DETECTORS.items() if _import(target)(root)]
+    if len(matches) == 1:
+        return matches[0]
+    found = f"matches several layouts ({', '.join(matches)})" if matches else "model_index.json is missing"
+    raise ModelPathError(
+        f"{root}: {found}; expected a diffusers-layout checkpoint (model_index.json) or the official Open-Sora-Plan "
+        f"v1.3 layout (any93x640x640/ and vae/); name the model with --model ({', '.join(MODEL_NAMES)})"
+    )
+
+
+def adapter_class_for(path: str | Path, model: str | None = None) -> type:
+    """The adapter for the checkpoint at `path` (or the named model); ModelPathError if none supports it."""
+    return _import(_MODELS[model_name_for(path, model)])
 
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
-                 dtype: torch.dtype | None = None, vae_tiling: str = "auto") -> ModelAdapter:
-    return adapter_class_for(path).from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
-                                                   vae_tiling=vae_tiling)
+                 dtype: torch.dtype | None = None, vae_tiling: str = "auto", model: str | None = None,
+                 text_encoder_path: str | None = None) -> ModelAdapter:
+    adapter_class = adapter_class_for(path, model)
+    options = {}
+    if text_encoder_path:
+        if not getattr(adapter_class, "accepts_text_encoder_path", False):
+            raise ModelPathError(f"a text encoder path applies to opensora-plan only, not to {adapter_class.family}")
+        options["text_encoder_path"] = text_encoder_path
+    return adapter_class.from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
+                                         vae_tiling=vae_tiling, **options)
 
 
-def shape_validator(path: str | Path):
+def shape_validator(path: str | Path, model: str | None = None):
     """The model's own `validate(VideoShape, steps)`, from its configs only (no weights load):
     what the server and the batch renderer check requests with before the engine sees them."""
-    return adapter_class_for(path).from_pretrained(path, parts=frozenset()).validate
+    return adapter_class_for(path, model).from_pretrained(path, parts=frozenset()).validate

@@ -63,7 +63,7 @@ def _run_check_node(args) -> int:
     ranks = args.ranks or (torch.cuda.device_count() if config.model.device_type() == "cuda" else 2)
     if ranks < 2:
         raise UserInputError(f"check-node needs at least 2 ranks, got {ranks}")
-    heads = attention_heads(resolve_model_path(config.model.path))
+    heads = attention_heads(resolve_model_path(config.model.path, config.model.name), config.model.name)
     cases = _select(node_cases(ranks, heads), args.cases)
     tolerance = args.tolerance if args.tolerance is not None else default_tolerance(config)
     print(f"check-node: {len(cases)} configurations on {ranks} ranks ({config.model.device_type()}), "

@@ -44,7 +44,9 @@ def _add_generate(sub) -> None:
 
 def add_engine_flags(p, seed_help: str) -> None:
     """Model, generation and parallel flags, shared by generate and render (see engine_config)."""
-    p.add_argument("--model-path", help="diffusers-layout checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--model-path", help="checkpoint folder: diffusers layout, or the official Open-Sora-Plan "
+                                        "v1.3 layout (default: the embedded demo model)")
+    add_model_flags(p)
     p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
     p.add_argument("--height", type=_int)
     p.add_argument("--width", type=_int)
@@ -56,9 +58,21 @@ def add_engine_flags(p, seed_help: str) -> None:
     p.add_argument("--ulysses", type=_int, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=_int, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.add_argument("--cfg-parallel", action="store_true", default=None,
+                   help="guidance's conditional and unconditional passes on two rank groups (models with CFG)")
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_pipeline_flags(p)
+
+
+def add_model_flags(p) -> None:
+    from .adapter import MODEL_NAMES
+
+    p.add_argument("--model", choices=MODEL_NAMES,
+                   help="model family (default: model_index.json decides, else the official layout found)")
+    p.add_argument("--text-encoder-path",
+                   help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
+                        "(default: MODEL_PATH/text_encoder)")
 
 
 def _decode_ranks(text: str) -> int | str:
@@ -78,8 +92,10 @@ def add_pipeline_flags(p) -> None:
 def _add_demo_checkpoint(sub) -> None:
     from pipedit.integrations.hunyuan_video.presets import DEFAULT_PRESET, PRESETS
 
-    p = sub.add_parser("demo-checkpoint", help="write an offline synthetic HunyuanVideo checkpoint (default: the tiny demo)")
-    p.add_argument("directory", help="folder to create (diffusers layout)")
+    p = sub.add_parser("demo-checkpoint", help="write an offline synthetic checkpoint (default: the tiny HunyuanVideo demo)")
+    p.add_argument("directory", help="folder to create (the model's release layout)")
+    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan"), default="hunyuan-video",
+                   help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/)")
     p.add_argument("--preset", default=DEFAULT_PRESET,
                    help="; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items()))
     p.set_defaults(run=_run_demo_checkpoint)
@@ -93,6 +109,7 @@ def build_parser() -> argparse.ArgumentParser:
     from .bench.cli import add_bench_parser
     from .check_node_cli import add_check_node_parser
     from .env_cli import add_env_parser
+    from .plan_cli import add_plan_parser
     from .render.cli import add_render_parser
     from .serve_cli import add_serve_parser
 
@@ -101,6 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_check_node_parser(sub)
     add_env_parser(sub)
     add_render_parser(sub)
+    add_plan_parser(sub)
     return parser
 
 
@@ -109,8 +127,10 @@ def engine_config(args):
     from .config import EngineConfig, load_config
 
     config = load_config(args.config) if args.config else EngineConfig()
-    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling)
-    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk)
+    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
+                                   text_encoder_path=args.text_encoder_path)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
+                                   cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
@@ -135,8 +155,15 @@ def _run_generate(args) -> int:
 
 
 def _run_demo_checkpoint(args) -> int:
-    from pipedit.integrations.hunyuan_video.presets import write_preset
+    from pipedit.integrations.hunyuan_video.presets import DEFAULT_PRESET, write_preset
 
+    if args.model == "opensora-plan":
+        from pipedit.integrations.opensora_plan.demo_checkpoint import write_demo_cli
+
+        if args.preset != DEFAULT_PRESET:
+            raise UserInputError("--preset applies to hunyuan-video only")
+        print(write_demo_cli(args.directory))
+        return 0
     try:
         path = write_preset(args.directory, args.preset)
     except FileExistsError as error:

@@ -19,7 +19,10 @@ VAE_TILING_MODES = ("auto", "on", "off")
 
 @dataclass(frozen=True)
 class ModelConfig:
-    path: str | None = None  # None: the embedded tiny demo model
+    path: str | None = None  # None: the embedded tiny demo model (of `name`'s family)
+    # hunyuan-video or opensora-plan; None: model_index.json decides, else the official layout found.
+    name: str | None = None
+    text_encoder_path: str | None = None  # opensora-plan: the mT5 folder; None: <path>/text_encoder
     device: str = "auto"  # auto: cuda when available, else cpu
     # auto: bfloat16 on cuda; on cpu, what diffusers' from_pretrained gives without torch_dtype
     # (diffusers models in float32, transformers models in their stored dtype), so results match it.
@@ -33,6 +36,10 @@ class ModelConfig:
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
         _check_choice("vae_tiling", self.vae_tiling, VAE_TILING_MODES)
+        if self.name is not None:
+            from .adapter import MODEL_NAMES
+
+            _check_choice("model name", self.name, MODEL_NAMES)
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
@@ -73,6 +80,9 @@ class ParallelConfig:
     # Latent handoff denoise -> decode: p2p (torch.distributed; measured 5x faster than the Ray
     # object store for 29 MiB latents on gloo, see `pipedit bench handoff`) or object_store.
     handoff: str = "p2p"
+    # Classifier-free guidance's two branches on two rank groups of ulysses*ring ranks each
+    # (the noise predictions are exchanged every step); needs a model with CFG branches.
+    cfg_parallel: bool = False
 
     def __post_init__(self):
         for name in ("ulysses", "ring"):
@@ -86,6 +96,14 @@ class ParallelConfig:
         _check_choice("aco", self.aco, ("off", "on", "auto"))
         _check_choice("text_encoder", self.text_encoder, ("auto", "dit", "vae"))
         _check_choice("handoff", self.handoff, ("object_store", "p2p"))
+        if not isinstance(self.cfg_parallel, bool):
+            raise UserInputError(f"cfg_parallel must be true or false, got {self.cfg_parallel!r}")
+        if self.cfg_parallel and self.decode_ranks == "auto":
+            raise UserInputError("decode_ranks auto does not plan CFG-parallel groups yet: give --decode-ranks N "
+                                 "with --cfg-parallel")
+        if self.cfg_parallel and self.aco == "on":
+            raise UserInputError("aco on cannot be combined with cfg_parallel (Aco helpers serve one SP group); "
+                                 "use --aco off or drop --cfg-parallel")
         if self.aco == "on" and (self.decode_ranks == 0 or self.ring > 1):
             raise UserInputError("aco on needs decode ranks (--decode-ranks N or auto) and --ring 1 "
                                  "(decode ranks take a share of the Ulysses heads)")
@@ -100,13 +118,14 @@ class ParallelConfig:
             raise UserInputError(f"decode_ranks must be 'auto' or an integer >= 0, got {decode!r}")
         if ranks is not None and ranks != self.denoise_ranks + decode:
             raise UserInputError(
-                f"ranks {ranks} != ulysses*ring ({self.denoise_ranks}) + decode_ranks ({decode}); "
+                f"ranks {ranks} != ulysses*ring{'*2 (cfg_parallel)' if self.cfg_parallel else ''} "
+                f"({self.denoise_ranks}) + decode_ranks ({decode}); "
                 f"drop --ranks or make them add up"
             )
 
     @property
     def denoise_ranks(self) -> int:
-        return self.ulysses * self.ring
+        return self.ulysses * self.ring * (2 if self.cfg_parallel else 1)
 
 
 @dataclass(frozen=True)

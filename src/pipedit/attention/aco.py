@@ -1,14 +1,16 @@
 """Aco: attention co-processing by idle decode ranks (PipeDiT §3).
 
 After its Ulysses all-to-all a denoise rank holds the whole sequence for its local heads. With
-Aco active it keeps some heads, sends the q/k/v of the others (video and text, plus the text key
-mask) point-to-point to its helper decode ranks, computes its own heads meanwhile, and receives
-the helpers' outputs. Helpers run the same joint attention on the heads they got, so outputs
-equal the run without Aco.
+Aco active it keeps some heads and reduces the others to the one attention-kernel problem the
+call amounts to (joint text tokens appended, or a sparse layout's regrouping applied, plus the
+key mask: `kernel_inputs`); it sends that point-to-point to its helper decode ranks, computes its
+own heads meanwhile, receives the kernel outputs and maps them back (`split_outputs`). Helpers
+run the same kernel on the same problem, so outputs equal the run without Aco, whatever the
+shape of call (joint, sparse self-attention, cross-attention).
 
-Invariant: both sides derive the message layout from the same AcoPlan and AcoShape, and every
-message between a pair of ranks is matched in issue order (one request and one reply per pair
-per attention call).
+Invariant: both sides derive head counts from the same AcoPlan and buffer sizes from the header
+that precedes each request; every message between a pair of ranks is matched in issue order
+(one header, one request and one reply per pair per attention call).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
-from pipedit.attention.base import JointTokens, joint_attention
+from pipedit.attention.base import kernel_inputs, split_outputs
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.usp import UlyssesAttention
 from pipedit.distributed import p2p
@@ -27,7 +29,8 @@ from pipedit.distributed.sharding import shard_sizes
 
 @dataclass(frozen=True)
 class AcoShape:
-    """What a helper needs to size its buffers: one attention call of one request."""
+    """One request's attention call as the scheduler keys its Aco decision by. Helpers read only
+    head_dim and dtype from it: each request's buffer sizes come from the header sent before it."""
 
     seq_len: int  # video tokens of the whole sequence (a Ulysses rank holds all of them)
     text_len: int
@@ -76,14 +79,7 @@ def plan_aco(num_heads: int, denoise_ranks: Sequence[int], decode_ranks: Sequenc
     return AcoPlan(tuple(denoise_ranks), offloads)
 
 
-def _request_numel(shape: AcoShape, heads: int) -> int:
-    video = shape.batch * shape.seq_len * heads * shape.head_dim
-    text = shape.batch * shape.text_len * heads * shape.head_dim
-    return 3 * video + 3 * text + shape.batch * shape.text_len
-
-
-def _reply_numel(shape: AcoShape, heads: int) -> int:
-    return shape.batch * (shape.seq_len + shape.text_len) * heads * shape.head_dim
+HEADER_FIELDS = 4  # (batch, query tokens, key tokens, masked) of one kernel problem
 
 
 def _pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -99,14 +95,10 @@ def _unpack(flat: torch.Tensor, shapes: Sequence[tuple[int, ...]]) -> list[torch
     return out
 
 
-def _request_shapes(shape: AcoShape, heads: int) -> list[tuple[int, ...]]:
-    video = (shape.batch, shape.seq_len, heads, shape.head_dim)
-    text = (shape.batch, shape.text_len, heads, shape.head_dim)
-    return [video] * 3 + [text] * 3 + [(shape.batch, shape.text_len)]
-
-
-def _reply_shapes(shape: AcoShape, heads: int) -> list[tuple[int, ...]]:
-    return [(shape.batch, shape.seq_len, heads, shape.head_dim), (shape.batch, shape.text_len, heads, shape.head_dim)]
+def _request_shapes(header: Sequence[int], heads: int, head_dim: int) -> list[tuple[int, ...]]:
+    batch, queries, keys, masked = header
+    shapes = [(batch, queries, heads, head_dim), (batch, keys, heads, head_dim), (batch, keys, heads, head_dim)]
+    return shapes + [(batch, keys)] if masked else shapes
 
 
 class AcoAttention(UlyssesAttention):
@@ -129,50 +121,63 @@ class AcoAttention(UlyssesAttention):
     def chunk_heads(self, value: int | None) -> None:
         UlyssesAttention.chunk_heads.fset(self, value)
 
-    def _core(self, q, k, v, joint, plan):
+    def _core(self, q, k, v, joint, plan, layout=None):
         if not self.active or not self.offloads:
-            return super()._core(q, k, v, joint, plan)
-        if joint is None:
-            raise ValueError("Aco expects joint text tokens (HunyuanVideo-style joint attention)")
-        shape = AcoShape(q.shape[1], joint.q.shape[1], q.shape[3], q.dtype, q.shape[0])
+            return super()._core(q, k, v, joint, plan, layout)
         keep = q.shape[2] - sum(n for _, n in self.offloads)
         replies, start = [], keep
         for helper, heads in self.offloads:
             part = slice(start, start + heads)
-            mask = joint.kv_mask if joint.kv_mask is not None else q.new_ones(shape.batch, shape.text_len, dtype=torch.bool)
-            request = _pack([q[:, :, part], k[:, :, part], v[:, :, part], joint.q[:, :, part],
-                             joint.k[:, :, part], joint.v[:, :, part], mask.to(q.dtype)])
-            reply = q.new_empty(_reply_numel(shape, heads))
-            # Both are posted before the local heads compute, which they overlap.
-            replies.append((p2p.post(sends=[(request, helper)], recvs=[(reply, helper)], op="Aco heads exchange"),
-                            reply, heads))
+            problem = kernel_inputs(q[:, :, part], None if k is None else k[:, :, part],
+                                    None if v is None else v[:, :, part],
+                                    None if joint is None else joint.heads(start, start + heads), layout)
+            pq, pk, pv, mask = problem
+            header = torch.tensor([pq.shape[0], pq.shape[1], pk.shape[1], int(mask is not None)],
+                                  dtype=torch.int64, device=q.device)
+            request = _pack([pq, pk, pv] + ([] if mask is None else [mask.to(q.dtype)]))
+            reply = q.new_empty(pq.shape[0], pq.shape[1], heads, pv.shape[3])
+            # Posted before the local heads compute, which they overlap. The header goes first,
+            # in its own message: the helper sizes the request's buffer from it.
+            sent_header = p2p.post(sends=[(header, helper)], op="Aco header send")
+            transfer = p2p.post(sends=[(request, helper)], recvs=[(reply, helper)], op="Aco heads exchange")
+            replies.append(((sent_header, transfer), reply, start, heads))
             start += heads
-        out, text_out = super()._core(q[:, :, :keep], k[:, :, :keep], v[:, :, :keep], joint.heads(0, keep), plan)
+        local_joint = None if joint is None else joint.heads(0, keep)
+        local_k, local_v = (None if t is None else t[:, :, :keep] for t in (k, v))
+        out, text_out = super()._core(q[:, :, :keep], local_k, local_v, local_joint, plan, layout)
         outs, text_outs = [out], [text_out]
-        for transfer, reply, heads in replies:
-            transfer.wait()
-            remote, remote_text = _unpack(reply, _reply_shapes(shape, heads))
+        for transfers, reply, first, heads in replies:
+            for transfer in transfers:
+                transfer.wait()
+            part_joint = None if joint is None else joint.heads(first, first + heads)
+            remote, remote_text = split_outputs(reply, q.shape[1], part_joint, layout)
             outs.append(remote)
             text_outs.append(remote_text)
-        return torch.cat(outs, dim=2), torch.cat(text_outs, dim=2)
+        text = None if text_out is None else torch.cat(text_outs, dim=2)
+        return torch.cat(outs, dim=2), text
 
 
 def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, kernel: AttentionKernel,
                     device: torch.device) -> None:
-    """Helper side: answer `calls` attention calls, each with one request per (source, heads)."""
+    """Helper side: answer `calls` attention calls, each with one request per (source, heads).
+    Each request is one attention-kernel problem (the denoise rank has already applied its
+    joint text tokens and sparse layout), so every shape of call is served alike."""
     for _ in range(calls):
-        inbox = [(src, heads, torch.empty(_request_numel(shape, heads), dtype=shape.dtype, device=device))
-                 for src, heads in pairs]
-        # One batch per source, so each request is answered as soon as it is in.
-        receives = [p2p.post(recvs=[(buffer, src)], op="Aco request receive") for src, _, buffer in inbox]
+        headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device))
+                   for src, heads in pairs]
+        header_receives = [p2p.post(recvs=[(header, src)], op="Aco header receive") for src, _, header in headers]
+        inbox = []
+        for (src, heads, header), receive in zip(headers, header_receives):
+            receive.wait(host=True)  # read on the host below
+            shapes = _request_shapes(header.tolist(), heads, shape.head_dim)
+            buffer = torch.empty(sum(int(torch.Size(s).numel()) for s in shapes), dtype=shape.dtype, device=device)
+            # One batch per source, so each request is answered as soon as it is in.
+            inbox.append((src, shapes, buffer, p2p.post(recvs=[(buffer, src)], op="Aco request receive")))
         sends = []
-        for (src, heads, buffer), receive in zip(inbox, receives):
-            receive.wait(host=True)  # the mask is read on the host below
-            q, k, v, tq, tk, tv, mask = _unpack(buffer, _request_shapes(shape, heads))
-            valid = mask > 0.5
-            # An all-valid mask is dropped so that the unmasked (fastest) kernel runs.
-            joint = JointTokens(tq, tk, tv, None if bool(valid.all()) else valid)
-            out, text_out = joint_attention(kernel, q, k, v, joint)
-            sends.append(p2p.post(sends=[(_pack([out, text_out]), src)], op="Aco reply send"))
+        for src, shapes, buffer, receive in inbox:
+            receive.wait()
+            q, k, v, *mask = _unpack(buffer, shapes)
+            out = kernel(q, k, v, mask[0] > 0.5 if mask else None)
+            sends.append(p2p.post(sends=[(out.contiguous(), src)], op="Aco reply send"))
         for send in sends:
             send.wait()

@@ -6,13 +6,13 @@ from collections.abc import Sequence
 
 import torch
 
-from pipedit.attention.base import AttentionStrategy, check_inputs, joint_attention
+from pipedit.attention.base import AttentionStrategy, TokenLayout, check_inputs, joint_attention
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.distributed.context import ParallelContext
 
 
 class LocalAttention(AttentionStrategy):
-    """torch SDPA over [video ; text] with a boolean key mask; xformers / flash on CUDA by probe."""
+    """torch SDPA over one call (see AttentionStrategy) with a boolean key mask; xformers / flash on CUDA by probe."""
 
     name = "local"
 
@@ -29,15 +29,16 @@ class LocalAttention(AttentionStrategy):
     def __call__(
         self,
         q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
         *,
         shard_sizes: Sequence[int],
         joint_q: torch.Tensor | None = None,
         joint_k: torch.Tensor | None = None,
         joint_v: torch.Tensor | None = None,
         joint_kv_mask: torch.Tensor | None = None,
+        layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs)
-        return joint_attention(self.kernel, q, k, v, joint)
+        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs, layout)
+        return joint_attention(self.kernel, q, k, v, joint, layout)

@@ -49,7 +49,7 @@ def ring_attention(
         if joint is not None and source == ring.rank:
             text_keys = _attend_text_keys(kernel, q_t, joint, video)
         video.add(kernel(q_t, k_block, v_block))
-        if joint is not None:
+        if joint is not None and joint.q is not None:
             text_blocks[source] = kernel(joint.q.transpose(1, 2), k_block, v_block)
     out = video.result().transpose(1, 2).to(q.dtype)
     if text_keys is None:
@@ -62,11 +62,14 @@ def ring_attention(
 
 def _attend_text_keys(
     kernel: LseKernel, q_t: torch.Tensor, joint: JointTokens, video: _Running
-) -> Partial:
-    """Text keys, counted once on this rank: add the video queries' partial, return the text's."""
-    text_q, text_k, text_v = (t.transpose(1, 2) for t in (joint.q, joint.k, joint.v))
+) -> Partial | None:
+    """Text keys, counted once on this rank: add the video queries' partial, return the text's
+    (None without text queries)."""
+    text_k, text_v = joint.k.transpose(1, 2), joint.v.transpose(1, 2)
     video.add(kernel(q_t, text_k, text_v, joint.kv_mask))
-    return kernel(text_q, text_k, text_v, joint.kv_mask)
+    if joint.q is None:
+        return None
+    return kernel(joint.q.transpose(1, 2), text_k, text_v, joint.kv_mask)
 
 
 class _Running:

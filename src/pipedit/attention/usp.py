@@ -15,6 +15,11 @@ Flow per call:
    The all-to-alls are async ops (pipedit.distributed.collectives): on NCCL they run on NCCL's
    stream, and the compute issued meanwhile overlaps them.
 3. Text outputs (text is replicated, each rank attends its own heads) are all-gathered over heads.
+
+Cross-attention (k = v = None) keeps the text keys replicated and slices their heads per rank,
+like the joint text tokens: only the video queries and outputs move, and the model's text key
+mask stays valid as is. A sparse `layout` is applied per chunk to the full sequence of the
+chunk's heads (Ulysses only; a ring block does not hold the whole sequence).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import torch
 from pipedit.attention.base import (
     AttentionStrategy,
     JointTokens,
+    TokenLayout,
     check_inputs,
     check_layout,
     check_shard_sizes,
@@ -82,21 +88,23 @@ class USPAttention(AttentionStrategy):
     def __call__(
         self,
         q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
         *,
         shard_sizes: Sequence[int],
         joint_q: torch.Tensor | None = None,
         joint_k: torch.Tensor | None = None,
         joint_v: torch.Tensor | None = None,
         joint_kv_mask: torch.Tensor | None = None,
+        layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs)
+        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs, layout)
+        self._check_ring(layout)
         plan = self._plan(q.shape[2], shard_sizes)
-        pending = [self._scatter(t, plan) for t in (q, k, v)]
-        q_h, k_h, v_h = (p.wait() for p in pending)
-        return self._attend(q_h, k_h, v_h, joint, plan)
+        pending = [None if t is None else self._scatter(t, plan) for t in (q, k, v)]
+        q_h, k_h, v_h = (None if p is None else p.wait() for p in pending)
+        return self._attend(q_h, k_h, v_h, joint, plan, layout)
 
     def start_sequence_to_heads(
         self, x: torch.Tensor, shard_sizes: Sequence[int]
@@ -107,8 +115,8 @@ class USPAttention(AttentionStrategy):
     def attend_heads(
         self,
         q_h: torch.Tensor,
-        k_h: torch.Tensor,
-        v_h: torch.Tensor,
+        k_h: torch.Tensor | None,
+        v_h: torch.Tensor | None,
         *,
         num_heads: int,
         shard_sizes: Sequence[int],
@@ -116,19 +124,30 @@ class USPAttention(AttentionStrategy):
         joint_k: torch.Tensor | None = None,
         joint_v: torch.Tensor | None = None,
         joint_kv_mask: torch.Tensor | None = None,
+        layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Steps 2-3 on head-sharded q, k, v from `start_sequence_to_heads` (as __call__ does)."""
         plan = self._plan(num_heads, shard_sizes)
         expected = (sum(plan.seq_sizes), plan.head_sizes[self.ctx.ulysses_rank])
-        if tuple(q_h.shape[1:3]) != expected or q_h.shape != k_h.shape or q_h.shape != v_h.shape:
+        shapes = [tuple(t.shape) for t in (q_h, k_h, v_h) if t is not None]
+        if tuple(q_h.shape[1:3]) != expected or (k_h is None) != (v_h is None) or len(set(shapes)) != 1:
             raise ValueError(
-                f"head-sharded q, k, v must be [B, {expected[0]}, {expected[1]}, D], got "
-                f"{tuple(q_h.shape)}, {tuple(k_h.shape)}, {tuple(v_h.shape)}"
+                f"head-sharded q, k, v must be [B, {expected[0]}, {expected[1]}, D] (k = v = None "
+                f"for cross-attention), got {shapes}"
             )
         local_shape = (q_h.shape[0], shard_sizes[self.ctx.rank], num_heads, q_h.shape[3])
         joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_layout(self.ctx, local_shape, shard_sizes, joint_inputs)
-        return self._attend(q_h, k_h, v_h, joint, plan)
+        joint = check_layout(self.ctx, local_shape, shard_sizes, joint_inputs, video_keys=k_h is not None,
+                             layout=layout)
+        self._check_ring(layout)
+        return self._attend(q_h, k_h, v_h, joint, plan, layout)
+
+    def _check_ring(self, layout: TokenLayout | None) -> None:
+        if layout is not None and self.ctx.ring_degree > 1:
+            raise ValueError(
+                f"a sparse layout needs the whole sequence on a rank; ring_degree "
+                f"{self.ctx.ring_degree} splits it: use 'ulysses' (ring_degree 1)"
+            )
 
     def _plan(self, num_heads: int, shard_sizes: Sequence[int]) -> HeadPlan:
         """One plan per layout, made on first use (its index tensor lives on the device)."""
@@ -149,10 +168,11 @@ class USPAttention(AttentionStrategy):
     def _attend(
         self,
         q_h: torch.Tensor,
-        k_h: torch.Tensor,
-        v_h: torch.Tensor,
+        k_h: torch.Tensor | None,
+        v_h: torch.Tensor | None,
         joint: JointTokens | None,
         plan: HeadPlan,
+        layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         me, group = self.ctx.ulysses_rank, self.ctx.ulysses_group
         first_head = sum(plan.head_sizes[:me])
@@ -163,8 +183,8 @@ class USPAttention(AttentionStrategy):
             stop = start + counts[me]
             part = None if joint is None else joint.heads(first_head + start, first_head + stop)
             heads = slice(start, stop)
-            q_c, k_c, v_c = q_h[:, :, heads], k_h[:, :, heads], v_h[:, :, heads]
-            out, text_out = self._core(q_c, k_c, v_c, part, plan)
+            q_c, k_c, v_c = (None if t is None else t[:, :, heads] for t in (q_h, k_h, v_h))
+            out, text_out = self._core(q_c, k_c, v_c, part, plan, layout)
             # Launched before the next chunk is computed: the all-to-all overlaps it (PipeSP).
             sends.append(start_heads_to_sequence(out, plan.seq_sizes, counts, me, group))
             if text_out is not None:
@@ -180,13 +200,15 @@ class USPAttention(AttentionStrategy):
     def _core(
         self,
         q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
+        k: torch.Tensor | None,
+        v: torch.Tensor | None,
         joint: JointTokens | None,
         plan: HeadPlan,
+        layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        if plan.ring is None:
-            return joint_attention(self.kernel, q, k, v, joint)
+        # Cross-attention has no video keys to circulate: each ring block attends the text alone.
+        if plan.ring is None or k is None or v is None:
+            return joint_attention(self.kernel, q, k, v, joint, layout)
         return ring_attention(self.lse_kernel, q, k, v, joint, plan.ring)
 
 

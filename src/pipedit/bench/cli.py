@@ -17,8 +17,12 @@ def _chunks(text: str) -> list[int]:
 
 def _add_sp(kinds) -> None:
     p = kinds.add_parser("sp", help="per-step latency: synchronous Ulysses vs PipeSP chunk sizes and auto")
-    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model)")
+    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model of --model)")
+    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan"),
+                   help="model family (default: found from --model-path; without a path, hunyuan-video)")
     p.add_argument("--config", help="YAML engine config; flags override it")
+    p.add_argument("--single-device", action="store_true",
+                   help="also time one step on a single device (in this process), the baseline row")
     p.add_argument("--ulysses", type=int, default=2)
     p.add_argument("--ring", type=int, default=1)
     p.add_argument("--height", type=int, default=256)
@@ -46,11 +50,11 @@ def _run_sp(args) -> int:
     if args.attention_only:
         return _run_sp_attention(args)
     config = load_config(args.config) if args.config else EngineConfig()
-    config = config.with_overrides("model", path=args.model_path)
+    config = config.with_overrides("model", path=args.model_path, name=args.model)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
     request = VideoRequest("a benchmark prompt: a red fox running through snow", height=args.height,
                            width=args.width, num_frames=args.num_frames, steps=1)
-    print(bench_sp(config, request, args.chunks, args.repeats))
+    print(bench_sp(config, request, args.chunks, args.repeats, single_device=args.single_device))
     return 0
 
 

@@ -68,9 +68,9 @@ class LatencySettings:
         return [Cell(w, h, f, s) for (w, h), f, s in itertools.product(self.resolutions, self.frames, self.steps)]
 
 
-def check_cells(model_path: str, settings: LatencySettings) -> None:
+def check_cells(model_path: str, settings: LatencySettings, model: str | None = None) -> None:
     """The model's own shape rules, for every cell, before anything loads (InvalidRequestError)."""
-    validate = shape_validator(model_path)
+    validate = shape_validator(model_path, model)
     for cell in settings.cells():
         validate(VideoShape(height=cell.height, width=cell.width, num_frames=cell.frames), cell.steps)
 
@@ -81,9 +81,9 @@ def bench_latency(config: EngineConfig, settings: LatencySettings, out_dir: Path
     from ..runtime.executor import ensure_ray
     from .report import write_reports
 
-    model_path = str(resolve_model_path(config.model.path))
-    check_cells(model_path, settings)
-    heads = attention_heads(model_path)
+    model_path = str(resolve_model_path(config.model.path, config.model.name))
+    check_cells(model_path, settings, config.model.name)
+    heads = attention_heads(model_path, config.model.name)
     cells = settings.cells()
     configs = {m: _method_config(config, m, settings, heads, cells[0]) for m in settings.methods}  # checks first
     report = {"environment": describe_environment(config), "settings": _settings(config, settings, model_path),

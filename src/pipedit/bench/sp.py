@@ -4,12 +4,13 @@ measured in the same run, on the same ranks."""
 from __future__ import annotations
 
 import statistics
+from dataclasses import replace
 
 import torch
 
 from ..attention.autotune import AttentionShape, chunk_candidates, measure_chunks, pick_faster
 from ..attention.registry import get_attention_strategy
-from ..config import EngineConfig
+from ..config import EngineConfig, ParallelConfig
 from ..distributed.context import ParallelContext
 from ..distributed.spawn import run_on_gloo_ranks
 from ..request import VideoRequest
@@ -21,7 +22,8 @@ def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> l
     return [None, *chunks, "auto"]
 
 
-def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int) -> str:
+def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int,
+             single_device: bool = False) -> str:
     from ..runtime.engine import Engine
 
     if config.parallel.ulysses < 2:
@@ -34,7 +36,20 @@ def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | No
         heads = engine.executor.call_rank(0, "num_heads")
         labels = _chunk_list(config, heads, chunks)
         results = engine.executor.call("time_steps", request, cond, labels, repeats)[0]
+    if single_device:
+        results["single"] = {"chunk": None, "step_s": time_single_device(config, request, cond, repeats)}
     return format_sp_table(config, request, heads, results)
+
+
+def time_single_device(config: EngineConfig, request: VideoRequest, cond: dict, repeats: int) -> float:
+    """Median seconds of one transformer forward on one in-process rank (first call warms up)."""
+    from ..runtime.engine import Engine
+
+    single = replace(config, parallel=ParallelConfig(pipesp_chunk="off", aco="off"))
+    with Engine(single) as engine:
+        engine.executor.call("begin", request, cond)
+        times = [engine.executor.call("time_forward", False)[0] for _ in range(repeats + 1)]
+    return statistics.median(times[1:])
 
 
 def _attention_rank(rank: int, world_size: int, shape: AttentionShape, rounds: int) -> dict:
@@ -58,6 +73,8 @@ def bench_sp_attention(ulysses: int, shape: AttentionShape, rounds: int) -> str:
 def _label(key) -> str:
     if key is None:
         return "sync ulysses"
+    if key == "single":
+        return "single device"
     return "auto" if key == "auto" else f"pipesp chunk {key}"
 
 

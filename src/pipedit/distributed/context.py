@@ -4,6 +4,10 @@ Layout (fixed, relied on by the attention strategies): sp rank = ring_rank * uly
 ulysses_rank. A Ulysses group is a run of consecutive sp ranks, so its members' sequence shards
 are contiguous in the global sequence; a ring group holds the sp ranks with the same
 ulysses_rank, i.e. the same head shard.
+
+CFG parallel adds an outer dimension: `cfg_degree` SP worlds side by side, one per guidance
+branch, each over consecutive global ranks (branch g holds ranks[g*sp : (g+1)*sp]). The cfg
+group links the ranks with the same sp rank across branches (they exchange noise predictions).
 """
 
 from __future__ import annotations
@@ -30,9 +34,14 @@ class ParallelContext:
     ring_group: ProcessGroup | None
     ring_global_ranks: tuple[int, ...]
     device: torch.device
+    cfg_rank: int = 0  # which guidance branch this SP world computes
+    cfg_degree: int = 1  # SP worlds side by side (2 with CFG parallel)
+    cfg_group: ProcessGroup | None = None  # this sp rank's peers in the other branches
 
     def __post_init__(self) -> None:
         _check_degrees(self.ulysses_degree, self.ring_degree, self.world_size)
+        if self.cfg_degree < 1 or not 0 <= self.cfg_rank < self.cfg_degree:
+            raise ValueError(f"cfg_rank {self.cfg_rank} outside cfg_degree {self.cfg_degree}")
         if not 0 <= self.rank < self.world_size:
             raise ValueError(f"rank {self.rank} outside SP world of size {self.world_size}")
         if len(self.ring_global_ranks) != self.ring_degree:
@@ -62,8 +71,10 @@ class ParallelContext:
         ring_degree: int,
         ranks: Sequence[int] | None = None,
         device: str | torch.device | None = None,
+        cfg_degree: int = 1,
     ) -> ParallelContext | None:
-        """Build the SP groups over `ranks` (global ranks, default: the whole default group).
+        """Build the SP groups over `ranks` (global ranks, default: the whole default group),
+        split into `cfg_degree` SP worlds of ulysses_degree * ring_degree ranks each.
 
         Collective: every rank of the default group must call this with the same arguments,
         since dist.new_group must be entered by all ranks in the same order. Ranks outside
@@ -71,18 +82,32 @@ class ParallelContext:
         """
         if not dist.is_initialized():
             raise RuntimeError("call dist.init_process_group before ParallelContext.create")
-        sp_ranks = tuple(range(dist.get_world_size()) if ranks is None else ranks)
-        _check_ranks(sp_ranks, dist.get_world_size())
-        _check_degrees(ulysses_degree, ring_degree, len(sp_ranks))
-        sp_group, ulysses_group, ring_group, ring_ranks = _build_groups(
-            sp_ranks, ulysses_degree, ring_degree
-        )
+        all_ranks = tuple(range(dist.get_world_size()) if ranks is None else ranks)
+        _check_ranks(all_ranks, dist.get_world_size())
+        if cfg_degree < 1 or len(all_ranks) % cfg_degree:
+            raise ValueError(f"{len(all_ranks)} ranks do not split into cfg_degree {cfg_degree} equal SP worlds")
+        size = len(all_ranks) // cfg_degree
+        _check_degrees(ulysses_degree, ring_degree, size)
+        groups = _GroupBuilder()
         me = dist.get_rank()
-        if me not in sp_ranks:
+        mine = None
+        for branch in range(cfg_degree):
+            sp_ranks = all_ranks[branch * size : (branch + 1) * size]
+            built = _build_groups(groups, sp_ranks, ulysses_degree, ring_degree)
+            if me in sp_ranks:
+                mine = (branch, sp_ranks, built)
+        cfg_group = None
+        for sp_rank in range(size):  # the same sp rank in every branch
+            members = all_ranks[sp_rank::size]
+            group = groups.get(members)
+            if me in members:
+                cfg_group = group
+        if mine is None:
             return None
+        branch, sp_ranks, (sp_group, ulysses_group, ring_group, ring_ranks) = mine
         return cls(
             rank=sp_ranks.index(me),
-            world_size=len(sp_ranks),
+            world_size=size,
             ulysses_degree=ulysses_degree,
             ring_degree=ring_degree,
             sp_group=sp_group,
@@ -90,15 +115,17 @@ class ParallelContext:
             ring_group=ring_group,
             ring_global_ranks=ring_ranks,
             device=_default_device() if device is None else torch.device(device),
+            cfg_rank=branch,
+            cfg_degree=cfg_degree,
+            cfg_group=cfg_group,
         )
 
 
 def _build_groups(
-    sp_ranks: tuple[int, ...], ulysses_degree: int, ring_degree: int
+    groups: _GroupBuilder, sp_ranks: tuple[int, ...], ulysses_degree: int, ring_degree: int
 ) -> tuple[ProcessGroup | None, ProcessGroup | None, ProcessGroup | None, tuple[int, ...]]:
     """Create every group on every rank (same order); return this rank's (sp, ulysses, ring,
     ring members in ring order)."""
-    groups = _GroupBuilder()
     sp_group = groups.get(sp_ranks)
     me = dist.get_rank()
     mine_u = mine_r = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import queue
 import socket
 import time
@@ -84,7 +85,7 @@ def _child(
             timeout=timedelta(seconds=max(timeout_s, 1.0)),
         )
         value = fn(rank, world_size, *args)
-        results.put((rank, True, value))
+        results.put((rank, True, _to_bytes(value)))
     except BaseException:  # noqa: BLE001 - every failure must reach the parent as text
         results.put((rank, False, traceback.format_exc()))
         return
@@ -92,6 +93,19 @@ def _child(
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - teardown after results were sent
         pass
+
+
+def _to_bytes(value: Any) -> bytes:
+    # Hazard: a tensor put on a multiprocessing queue as is travels as a file descriptor that the
+    # child serves until it exits; a busy parent that reads after the child exited fails
+    # (FileNotFoundError). Serialised bytes carry the data itself.
+    buffer = io.BytesIO()
+    torch.save(value, buffer)
+    return buffer.getvalue()
+
+
+def _from_bytes(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=False)
 
 
 def _collect(procs: list[Any], results: Any, world_size: int, timeout_s: float) -> list[Any]:
@@ -114,5 +128,5 @@ def _collect(procs: list[Any], results: Any, world_size: int, timeout_s: float) 
             continue
         if not ok:
             raise RankFailure(f"rank {rank} of {world_size} failed:\n{value}")
-        values[rank] = value
+        values[rank] = _from_bytes(value)
     return [values[rank] for rank in range(world_size)]

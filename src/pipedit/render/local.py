@@ -26,7 +26,9 @@ PROGRESS_EVERY_S = 0.2
 
 def model_identity(config: EngineConfig) -> str:
     """The model part of a line's key: the checkpoint's absolute path, or the demo model."""
-    return str(Path(config.model.path).resolve()) if config.model.path else "pipedit-demo"
+    if config.model.path:
+        return str(Path(config.model.path).resolve())
+    return f"pipedit-demo-{config.model.name}" if config.model.name else "pipedit-demo"
 
 
 def shape_validator(config: EngineConfig) -> Validator:
@@ -34,7 +36,7 @@ def shape_validator(config: EngineConfig) -> Validator:
     from ..adapter import shape_validator as model_validator
     from ..runtime.engine import resolve_model_path
 
-    validate = model_validator(resolve_model_path(config.model.path))
+    validate = model_validator(resolve_model_path(config.model.path, config.model.name), config.model.name)
 
     def check(settings: dict) -> None:
         validate(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"])

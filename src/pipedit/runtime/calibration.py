@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -92,15 +93,46 @@ def request_times(config: EngineConfig, model_path: str, request: VideoRequest) 
     return tuple(cache[key])
 
 
+def cached_request_times(config: EngineConfig, model_path: str, request: VideoRequest) -> tuple[float, float] | None:
+    file = _calibration_file()
+    cache = json.loads(file.read_text()) if file.is_file() else {}
+    found = cache.get(_key(config, model_path, request))
+    return tuple(found) if found else None
+
+
+def planned_decode_ranks(config: EngineConfig, model_path: str) -> int | None:
+    """The planner's decode-rank count for this node's GPUs, None off CUDA or for GPUs it has no
+    profile of. The planner predicts from the checkpoint's configs; nothing is loaded."""
+    if config.model.device_type() != "cuda":
+        return None
+    from ..planner.auto import AUTO_PROMPTS, predict_decode_ranks
+    from ..planner.models import family_of
+
+    g, parallel = config.generation, config.parallel
+    choice = predict_decode_ranks(model_path, family_of(model_path), gpu_model_name(), parallel.ranks,
+                                  g.height, g.width, g.num_frames, g.steps)
+    if choice is None:
+        return None
+    print(f"pipedit: decode_ranks auto: no calibration measurement for this shape; using the planner's "
+          f"prediction ({choice.gpu} profile): {choice.decode_ranks} decode rank(s) of {parallel.ranks} "
+          f"(predicted {choice.batch_s:.1f} s for {AUTO_PROMPTS} prompts)", file=sys.stderr, flush=True)
+    return choice.decode_ranks
+
+
 def resolve_parallel(config: EngineConfig, model_path: str, heads: int) -> ParallelConfig:
-    """`decode_ranks: auto` -> a concrete split of `ranks` into denoise and decode ranks."""
+    """`decode_ranks: auto` -> a concrete split of `ranks` into denoise and decode ranks: the
+    balance rule on a cached calibration measurement; without one, the planner's prediction on
+    GPUs it has a profile of; otherwise a calibration run (then cached)."""
     parallel = config.parallel
     if parallel.decode_ranks != "auto":
         return parallel
     g = config.generation
     request = VideoRequest("calibration: a red fox running through snow", height=g.height, width=g.width,
                            num_frames=g.num_frames, steps=g.steps, seed=g.seed)
-    t_denoise, t_decode = request_times(config, model_path, request)
-    decode = balance_decode_ranks(t_denoise, t_decode, parallel.ranks)
+    measured = cached_request_times(config, model_path, request)
+    decode = planned_decode_ranks(config, model_path) if measured is None else None
+    if decode is None:
+        t_denoise, t_decode = measured or request_times(config, model_path, request)
+        decode = balance_decode_ranks(t_denoise, t_decode, parallel.ranks)
     ulysses, ring = split_denoise_ranks(parallel.ranks - decode, heads)
     return replace(parallel, decode_ranks=decode, ulysses=ulysses, ring=ring, ranks=None)

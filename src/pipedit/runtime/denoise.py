@@ -2,10 +2,15 @@
 
 A DenoiseJob holds one request's loop state so that the engine advances it step by step on
 every denoise rank (progress events, Aco decisions per step, interleaving with decodes).
+
+Reproducibility: one CPU generator per request draws the initial noise and then whatever the
+scheduler draws in its steps (an ancestral sampler's noise, after each model call). Every rank
+holds the same generator, so all ranks draw the same noise whatever the parallel degree.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,13 +27,19 @@ class DenoiseJob:
     scheduler: Any
     timesteps: torch.Tensor
     latents: torch.Tensor
+    predict: Callable[..., torch.Tensor]  # adapter.predict_noise, or a CFG-parallel predictor
+    generator: torch.Generator | None = None
     steps_done: int = 0
 
     @classmethod
-    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor]) -> "DenoiseJob":
+    def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
+              predict: Callable[..., torch.Tensor] | None = None) -> "DenoiseJob":
         scheduler, timesteps = adapter.make_scheduler(request.steps)
-        latents = adapter.prepare_latents(request.shape, request.generator())
-        return cls(request, cond, scheduler, timesteps, latents)
+        generator = request.generator()
+        latents = adapter.prepare_latents(request.shape, generator)
+        if hasattr(scheduler, "init_noise_sigma"):  # diffusers' convention (e.g. Euler: sigmas.max())
+            latents = latents * scheduler.init_noise_sigma
+        return cls(request, cond, scheduler, timesteps, latents, predict or adapter.predict_noise, generator)
 
     @property
     def total_steps(self) -> int:
@@ -41,6 +52,10 @@ class DenoiseJob:
     @torch.no_grad()
     def step(self, adapter: ModelAdapter) -> None:
         timestep = self.timesteps[self.steps_done]
-        noise = adapter.predict_noise(self.latents, timestep, self.cond, self.request.guidance_scale)
-        self.latents = self.scheduler.step(noise, timestep, self.latents, return_dict=False)[0]
+        model_input = self.latents
+        if hasattr(self.scheduler, "scale_model_input"):  # e.g. Euler: x / sqrt(sigma^2 + 1)
+            model_input = self.scheduler.scale_model_input(self.latents, timestep)
+        noise = self.predict(model_input, timestep, self.cond, self.request.guidance_scale)
+        self.latents = self.scheduler.step(noise, timestep, self.latents, generator=self.generator,
+                                           return_dict=False)[0]
         self.steps_done += 1

@@ -13,7 +13,9 @@ from typing import Iterable, Iterator
 
 from ..adapter import adapter_class_for, attention_heads
 from ..config import EngineConfig
+from ..errors import UserInputError
 from .calibration import resolve_parallel
+from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
 from .layout import WorldLayout
@@ -23,9 +25,14 @@ from .sequence_parallel import check_parallel_config
 _log = logging.getLogger(__name__)
 
 
-def resolve_model_path(path: str | None) -> Path:
+def resolve_model_path(path: str | None, model: str | None = None) -> Path:
+    """The checkpoint folder; without a path, the tiny demo checkpoint of `model`'s family."""
     if path:
         return Path(path)
+    if model == "opensora-plan":
+        from pipedit.integrations.opensora_plan.demo_checkpoint import ensure_demo_checkpoint as ensure_opensora
+
+        return ensure_opensora()
     from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
 
     return ensure_demo_checkpoint()
@@ -34,14 +41,19 @@ def resolve_model_path(path: str | None) -> Path:
 class Engine:
     def __init__(self, config: EngineConfig):
         self.config = config
-        model_path = str(resolve_model_path(config.model.path))
-        adapter_class = adapter_class_for(model_path)
-        heads = attention_heads(model_path)
+        model_path = str(resolve_model_path(config.model.path, config.model.name))
+        adapter_class = adapter_class_for(model_path, config.model.name)
+        heads = attention_heads(model_path, config.model.name)
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
+        if parallel.cfg_parallel:
+            check_cfg_capable(adapter_class)  # before any rank starts
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self._model_path = model_path
+        if self.layout.ring > 1 and not getattr(adapter_class, "ring_attention", True):
+            raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
+                                 f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)
         self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild)
 

@@ -1,5 +1,8 @@
 """Which rank does what: denoise ranks 0..D-1 (the DiT, sequence parallel), decode ranks
-D..D+V-1 (the VAE decoder, one request each), and where the text encoders live."""
+D..D+V-1 (the VAE decoder, one request each), and where the text encoders live.
+
+With CFG parallel the denoise ranks form `cfg` SP groups of ulysses*ring consecutive ranks, one
+per guidance branch; denoise rank 0 (first group) stays the one that decodes or hands off."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ class WorldLayout:
     text_on: str = "dit"  # "dit": denoise rank 0; "vae": the first decode rank
     aco: bool = False  # denoise attention can hand heads to idle decode ranks
     handoff: str = "p2p"
+    cfg: int = 1  # SP groups side by side, one per guidance branch (2 with --cfg-parallel)
 
     @classmethod
     def from_config(cls, parallel: ParallelConfig, preferred_text_on: str) -> "WorldLayout":
@@ -26,13 +30,13 @@ class WorldLayout:
         return cls(
             ulysses=parallel.ulysses, ring=parallel.ring, decode=decode,
             text_on=text_on if decode else "dit",
-            aco=decode > 0 and parallel.ring == 1 and parallel.aco != "off",
-            handoff=parallel.handoff,
+            aco=decode > 0 and parallel.ring == 1 and parallel.aco != "off" and not parallel.cfg_parallel,
+            handoff=parallel.handoff, cfg=2 if parallel.cfg_parallel else 1,
         )
 
     @property
     def denoise(self) -> int:
-        return self.ulysses * self.ring
+        return self.cfg * self.ulysses * self.ring
 
     @property
     def world_size(self) -> int:

@@ -58,10 +58,13 @@ class RankWorker:
             self._init_process_group(rendezvous)
             # Collective on every rank, decode ranks included (they get None back).
             self.ctx = ParallelContext.create(
-                self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device
+                self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device,
+                cfg_degree=self.layout.cfg,
             )
+        model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
-                                    dtype=self.config.model.torch_dtype(), vae_tiling=self.config.model.vae_tiling)
+                                    dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
+                                    text_encoder_path=model.text_encoder_path)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist

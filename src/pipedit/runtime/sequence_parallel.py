@@ -19,7 +19,7 @@ def check_parallel_config(parallel: ParallelConfig, num_heads: int) -> None:
     """Refuses up front what cannot work: a Ulysses rank must own at least one head (heads need
     not divide evenly: 24 heads on 5 or 7 ranks are split unevenly)."""
     if parallel.ulysses > num_heads:
-        ranks = parallel.denoise_ranks
+        ranks = parallel.ulysses * parallel.ring  # one SP group (CFG parallel runs two of them)
         valid = [f"--ulysses {u} --ring {ranks // u}" for u in range(1, num_heads + 1) if ranks % u == 0]
         raise UserInputError(
             f"--ulysses {parallel.ulysses} exceeds the model's {num_heads} attention heads (a Ulysses rank "

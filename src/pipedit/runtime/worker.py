@@ -16,6 +16,7 @@ from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
 from .rank import RankWorker
+from .cfg_parallel import CfgParallelPredictor
 from .sequence_parallel import SequenceParallelRuntime
 
 
@@ -23,10 +24,13 @@ class DenoiseWorker(RankWorker):
     sp: SequenceParallelRuntime | None = None
     job: DenoiseJob | None = None
     _pending_send = None
+    predict = None  # None: the adapter's own predict_noise
     offload_idle = False  # without decode ranks: keep the idle module (DiT or VAE) on the host
 
     def setup(self, model_path: str, rendezvous: str | None = None) -> None:
         self._join(model_path, rendezvous)
+        if self.layout.cfg > 1:
+            self.predict = CfgParallelPredictor(self.adapter, self.ctx)
         if self.layout.world_size > 1:
             self.sp = SequenceParallelRuntime.install(self.adapter, self.ctx, self.layout, self.config.parallel)
 
@@ -73,7 +77,7 @@ class DenoiseWorker(RankWorker):
         cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
-        self.job = DenoiseJob.start(self.adapter, request, cond)
+        self.job = DenoiseJob.start(self.adapter, request, cond, self.predict)
         return self.job.total_steps
 
     def step(self, aco: bool = False) -> int:
@@ -99,7 +103,7 @@ class DenoiseWorker(RankWorker):
         self._set_aco(aco)
         try:
             start = time.perf_counter()
-            self.adapter.predict_noise(job.latents, job.timesteps[job.steps_done], job.cond, job.request.guidance_scale)
+            job.predict(job.latents, job.timesteps[job.steps_done], job.cond, job.request.guidance_scale)
             if job.latents.is_cuda:
                 torch.cuda.synchronize()
             return time.perf_counter() - start

@@ -1,0 +1,36 @@
+"""The official Open-Sora-Plan v1.3 sampler: diffusers' EulerAncestralDiscreteScheduler with
+v-prediction, zero-terminal-SNR betas and trailing timesteps (default linear betas 1e-4..0.02
+over 1000 steps). With its timesteps set, init_noise_sigma is sigmas.max(): sigma(t=999) = 4096
+(alphas_cumprod[-1] = 2^-24) for up to 250 steps (500 and 1000 steps reach t=997/998, larger)."""
+
+from __future__ import annotations
+
+import torch
+from diffusers import EulerAncestralDiscreteScheduler
+
+SCHEDULER_CONFIG = {
+    "prediction_type": "v_prediction",
+    "rescale_betas_zero_snr": True,
+    "timestep_spacing": "trailing",
+}
+
+
+def make_scheduler(steps: int | None = None, device=None) -> EulerAncestralDiscreteScheduler:
+    scheduler = EulerAncestralDiscreteScheduler(**SCHEDULER_CONFIG)
+    if steps is not None:
+        scheduler.set_timesteps(steps, device=device)
+    return scheduler
+
+
+def initial_noise(shape: tuple[int, ...], generator: torch.Generator, device) -> torch.Tensor:
+    """Unit randn from the request's CPU generator (its first draw); the denoising job scales it
+    by the scheduler's init_noise_sigma."""
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(device)
+
+
+def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
+    """[uncond, cond] -> uncond + g * (cond - uncond); a single prediction passes through."""
+    if len(preds) == 1:
+        return preds[0]
+    uncond, cond = preds
+    return uncond + guidance_scale * (cond - uncond)

@@ -1,0 +1,131 @@
+"""`pipedit plan`: predict, rank and pick configurations (pipedit.planner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def add_plan_parser(sub) -> None:
+    from .planner.hardware import GPUS, INTERCONNECTS
+    from .planner.models import MODELS
+
+    p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
+                                    "VAE tiling) for a model on a node")
+    p.add_argument("--model", choices=MODELS,
+                   help="full-size model to plan, dims from its released config (default hunyuan-video; with "
+                        "--model-path: the checkpoint's pipeline)")
+    p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on the node")
+    p.add_argument("--gpu", choices=GPUS, default="h100",
+                   help="hardware profile; 'this': this machine, measured once (CPU ranks) and cached")
+    p.add_argument("--interconnect", choices=INTERCONNECTS,
+                   help="GPU links (default: nvlink where the GPU has it, else pcie)")
+    p.add_argument("--height", type=int, default=544)
+    p.add_argument("--width", type=int, default=960)
+    p.add_argument("--frames", type=int, default=129)
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--prompts", type=int, default=10, help="consecutive prompts in the batch (K)")
+    p.add_argument("--top", type=int, default=10, help="ranked rows to print")
+    p.add_argument("--write", help="write the best configuration as a YAML engine config to this file")
+    p.add_argument("--validate-paper", action="store_true",
+                   help="the paper's 16 headline cells: paper vs predicted base, PipeDiT and speedup")
+    p.add_argument("--compare", metavar="LATENCY_JSON",
+                   help="predicted vs measured batch time for every cell of a `pipedit bench latency` report")
+    p.set_defaults(run=_run_plan)
+
+
+def _check(args) -> None:
+    from .errors import UserInputError
+
+    for name in ("gpus", "height", "width", "frames", "steps", "prompts", "top"):
+        if getattr(args, name) < 1:
+            raise UserInputError(f"--{name} must be at least 1, got {getattr(args, name)}")
+    if (args.frames - 1) % 4:
+        raise UserInputError(f"--frames must be 4k+1 (1, 5, ..., 129), got {args.frames}")
+    if args.height % 16 or args.width % 16:
+        raise UserInputError(f"--height and --width must be multiples of 16, got {args.height}x{args.width}")
+
+
+def _model(args):
+    from .planner.models import family_of, from_checkpoint, full_size
+
+    if not args.model_path:
+        return full_size(args.model or "hunyuan-video")
+    return from_checkpoint(args.model_path, args.model or family_of(args.model_path))
+
+
+def _profile(args, model, shape, steps: int):
+    """The GPU profile; for `--gpu this --model-path DIR`, scaled to a measured one-rank request of
+    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape)."""
+    from .planner.hardware import profile
+
+    prof = profile(args.gpu)
+    if args.gpu != "this" or not args.model_path:
+        return prof
+    import sys
+
+    from .config import EngineConfig, ModelConfig
+    from .planner.calibrate import scaled_to_model
+    from .request import VideoRequest
+    from .runtime.calibration import request_times
+
+    config = EngineConfig(model=ModelConfig(path=args.model_path, device="cpu", dtype="float32"))
+    request = VideoRequest("calibration: a red fox running through snow", height=shape.height, width=shape.width,
+                           num_frames=shape.frames, steps=steps)
+    print(f"pipedit plan: one-rank request of {args.model_path} at {shape.width}x{shape.height}x{shape.frames} "
+          f"(measured once, cached) ...", file=sys.stderr, flush=True)
+    t_denoise, t_decode = request_times(config, args.model_path, request)
+    return scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+
+
+def _node(args, prof, gpus: int):
+    from .planner.hardware import make_node, node
+
+    interconnect = args.interconnect or ("nvlink" if prof.nvlink_bandwidth else "pcie")
+    if args.gpu != "this":
+        node(args.gpu, gpus, interconnect)  # checks the flags
+    return make_node(prof, gpus, interconnect)
+
+
+def _compare(args, model) -> int:
+    from .errors import UserInputError
+    from .planner.compare import compare, format_compared, read_cells
+    from .planner.cost import Shape
+
+    cells = read_cells(args.compare)
+    if not cells:
+        raise UserInputError(f"--compare {args.compare}: no measured cells without failures")
+    first = cells[0]
+    prof = _profile(args, model, Shape(first["height"], first["width"], first["frames"]), first["steps"])
+    print(format_compared(compare(cells, model, lambda ranks: _node(args, prof, ranks))))
+    return 0
+
+
+def _run_plan(args) -> int:
+    if args.validate_paper:
+        from .planner.paper import format_rows, validate
+
+        print(format_rows(validate()))
+        return 0
+    _check(args)
+    model = _model(args)
+    if args.compare:
+        return _compare(args, model)
+    from .planner.cost import Shape
+    from .planner.report import engine_config_yaml, plan_table
+    from .planner.search import Problem, rank
+
+    shape = Shape(args.height, args.width, args.frames)
+    prof = _profile(args, model, shape, args.steps)
+    problem = Problem(model, _node(args, prof, args.gpus), shape, args.steps, args.prompts)
+    fitting, too_big = rank(problem)
+    print(plan_table(problem, fitting, too_big, args.top))
+    if args.write:
+        from .errors import UserInputError
+
+        if not fitting:
+            raise UserInputError("no configuration fits in GPU memory: nothing to write")
+        device = "cpu" if args.gpu == "this" else "cuda"
+        Path(args.write).write_text(engine_config_yaml(problem, fitting[0], args.model_path, device))
+        print(f"wrote the best configuration to {args.write}")
+    return 0

@@ -1,0 +1,38 @@
+"""What the engine's `decode_ranks: auto` asks the planner when no calibration measurement is
+available: the decode-rank count of the best predicted configuration for the model's configs
+on a node of known GPUs."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import Shape
+from .hardware import node, profile_for_gpu_name
+from .models import from_checkpoint
+from .search import Problem, rank
+
+# Consecutive prompts the choice optimises for: the paper's protocol (DeDiVAE pays off in queues).
+AUTO_PROMPTS = 10
+
+
+@dataclass(frozen=True)
+class AutoChoice:
+    decode_ranks: int
+    batch_s: float
+    gpu: str
+
+
+def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int, height: int, width: int,
+                         frames: int, steps: int) -> AutoChoice | None:
+    """None when the GPU has no profile (then the caller measures)."""
+    key = profile_for_gpu_name(gpu_name)
+    if key is None or ranks < 2:
+        return None
+    problem = Problem(from_checkpoint(model_path, family), node(key, ranks, "nvlink" if key in ("h100", "h200")
+                      else "pcie"), Shape(height, width, frames), steps, AUTO_PROMPTS)
+    fitting, _ = rank(problem)
+    with_decode = [x for x in fitting if x.candidate.decode_ranks > 0]
+    if not with_decode:
+        return None
+    best = with_decode[0]
+    return AutoChoice(best.candidate.decode_ranks, best.batch_s, key)

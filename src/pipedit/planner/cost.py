@@ -1,0 +1,165 @@
+"""FLOPs and bytes per op of one denoising step, a VAE decode and a text encoding, from a
+ModelSpec; and their times on a Node.
+
+Conventions: a multiply-add is 2 FLOPs; activations are bf16 (2 bytes); S is the number of video
+tokens of the whole sequence, B the batch of one forward (2 with classifier-free guidance).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from .hardware import Node
+from .models import ModelSpec
+from .vae_cost import vae_decode_flops
+
+ACT_BYTES = 2
+# Assumed, not measured: hidden-width tensors each block reads or writes per token outside GEMMs
+# and attention: 2 norms and 2 modulations (read + write: 8), 2 gated residuals (6), q/k norms and
+# RoPE on q and k (8), the MLP activation over 4x width (8), attention layout copies (~10).
+ELEMENTWISE_PASSES = 40
+
+
+@dataclass(frozen=True)
+class Shape:
+    height: int
+    width: int
+    frames: int
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """One denoising step of the whole model over all ranks (not yet divided)."""
+
+    linear_flops: float
+    attention_flops: float  # self + cross attention, dense equivalent after Skiparse
+    elementwise_bytes: float
+    a2a_bytes_per_layer: float  # Q, K, V (pre) + O (post) of the video tokens, whole sequence
+    attn_layers: int  # attention calls per step that need an all-to-all
+    kernels_per_layer: int = 30  # assumed kernel launches per block (eager PyTorch, fused attention)
+
+
+def step_work(model: ModelSpec, shape: Shape) -> StepWork:
+    s = model.video_tokens(shape.height, shape.width, shape.frames)
+    t = model.text_tokens
+    h, b = model.hidden, model.cfg_batch
+    mlp = model.mlp_ratio
+    per_token_block = (4 + 2 * mlp) * h * h  # Q, K, V, O and the two MLP GEMMs (MACs)
+    if model.cross_attention:
+        # Cross-attention: Q and O on video tokens, K and V on the text tokens (per layer).
+        cross = 2 * h * h * s + 2 * h * h * t
+        linear = 2 * b * model.layers * (per_token_block * s + cross)
+        dense = model.layers - model.sparse_layers
+        self_attn = 4 * s * s * h * (dense + model.sparse_layers / model.sparse_n)
+        cross_attn = 4 * s * t * h * model.layers
+        attention = b * (self_attn + cross_attn)
+        a2a_per_layer = b * s * h * ACT_BYTES * (4 + 2)  # self: q,k,v,o; cross: q,o (text is small)
+    else:
+        linear = 2 * b * model.layers * per_token_block * (s + t)
+        attention = 4 * b * (s + t) ** 2 * h * model.layers
+        a2a_per_layer = b * s * h * ACT_BYTES * 4
+    elementwise = ELEMENTWISE_PASSES * b * (s + t) * h * ACT_BYTES * model.layers
+    return StepWork(linear, attention, elementwise, a2a_per_layer, model.layers)
+
+
+@dataclass(frozen=True)
+class Layout:
+    ulysses: int = 1
+    ring: int = 1
+    chunk: int | None = None  # PipeSP heads per chunk; None: synchronous Ulysses
+    helpers: int = 0  # Aco: idle decode ranks taking attention heads this step
+
+    @property
+    def ranks(self) -> int:
+        return self.ulysses * self.ring
+
+
+def _local_heads(heads: int, ulysses: int) -> int:
+    return math.ceil(heads / ulysses)
+
+
+def step_seconds(model: ModelSpec, shape: Shape, node: Node, layout: Layout) -> float:
+    """Wall time of one denoising step on `layout` (the slowest rank)."""
+    w = step_work(model, shape)
+    g = node.gpu
+    d = layout.ranks
+    linear = w.linear_flops / d / (g.peak_flops * g.eff_matmul)
+    elementwise = w.elementwise_bytes / d / (g.mem_bandwidth * g.eff_memory)
+    # Uneven heads: the rank with ceil(heads/u) heads sets the pace (padding in effect).
+    head_share = _local_heads(model.heads, layout.ulysses) / model.heads
+    attention = w.attention_flops * head_share / layout.ring / (g.peak_flops * g.eff_attention)
+    launches = w.attn_layers * w.kernels_per_layer * g.launch_s
+    comm = 0.0
+    if layout.helpers:
+        attention, comm = _aco(model, shape, node, layout, w, attention)
+    comm += _ring_exposed(model, shape, node, layout, w, attention)
+    comm += _ulysses_seconds(node, layout, w, attention, model)
+    return linear + elementwise + attention + launches + comm
+
+
+def _ulysses_seconds(node: Node, layout: Layout, w: StepWork, attention: float, model: ModelSpec) -> float:
+    """All-to-all time per step; with PipeSP the output all-to-all hides behind attention."""
+    u = layout.ulysses
+    if u == 1:
+        return 0.0
+    group = u  # Ulysses groups are the inner (adjacent) ranks
+    per_rank = w.a2a_bytes_per_layer / layout.ranks * (u - 1) / u
+    pre, post = per_rank * 3 / 4, per_rank / 4
+    pre_s = node.transfer_s(pre, group) + 2 * node.latency(group)
+    post_s = node.transfer_s(post, group)
+    attn_layer = attention / w.attn_layers
+    if layout.chunk is None:
+        return w.attn_layers * (pre_s + post_s)
+    chunks = max(1, _local_heads(model.heads, u) // layout.chunk)
+    # Two-stage pipeline of `chunks` equal pieces: max(A, C) + min(A, C) / chunks, where the
+    # attention A is already counted; per chunk each side pays a launch (kernel + NCCL call).
+    overlapped = max(attn_layer, post_s) + min(attn_layer, post_s) / chunks - attn_layer
+    per_chunk = 2 * node.gpu.launch_s + node.latency(group)
+    return w.attn_layers * (pre_s + overlapped + chunks * per_chunk)
+
+
+def _ring_exposed(model, shape, node, layout, w, attention) -> float:
+    """Ring attention passes K and V around the ring, overlapped with the local blocks."""
+    r = layout.ring
+    if r == 1:
+        return 0.0
+    kv = 2 * w.a2a_bytes_per_layer / 4 / layout.ranks  # K and V of the local tokens, local heads
+    per_hop = node.transfer_s(kv, layout.ranks)
+    attn_hop = attention / w.attn_layers / r
+    return w.attn_layers * (r - 1) * max(0.0, per_hop - attn_hop)
+
+
+def _aco(model, shape, node, layout, w, attention) -> tuple[float, float]:
+    """Attention shared by denoise and helper ranks by rank count; Q, K, V of the helpers'
+    heads go out point-to-point and their outputs come back, not overlapped."""
+    total = layout.ranks + layout.helpers
+    attention = attention * layout.ranks / total
+    moved = w.a2a_bytes_per_layer * layout.helpers / total  # q, k, v out + o back, whole sequence
+    per_rank = moved / layout.ranks
+    return attention, w.attn_layers * node.transfer_s(per_rank, node.gpus)
+
+
+def decode_seconds(model: ModelSpec, shape: Shape, node: Node, tiled: bool) -> float:
+    """One video's VAE decode on one GPU."""
+    flops = vae_decode_flops(model, shape.height, shape.width, shape.frames, tiled)
+    return flops / (node.gpu.peak_flops * node.gpu.eff_conv)
+
+
+def text_seconds(model: ModelSpec, node: Node) -> float:
+    """Prompt encoding (both prompts with classifier-free guidance) on one GPU."""
+    flops = sum(2 * e.params * e.tokens for e in model.text_encoders) * model.cfg_batch
+    tokenize_s = 0.02  # tokenizers and the prompt template, on the host
+    return flops / (node.gpu.peak_flops * node.gpu.eff_matmul) + tokenize_s
+
+
+def handoff_seconds(model: ModelSpec, shape: Shape, node: Node) -> float:
+    """Latent handoff denoise -> decode rank (float32 latents, point to point)."""
+    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
+    return node.transfer_s(model.latent_channels * lt * lh * lw * 4, node.gpus)
+
+
+def physical_limit_seconds(model: ModelSpec, shape: Shape, node: Node, steps: int) -> float:
+    """DiT FLOPs of one request at every GPU's dense peak: no schedule beats it per request."""
+    w = step_work(model, shape)
+    return steps * (w.linear_flops + w.attention_flops) / (node.gpus * node.gpu.peak_flops)

@@ -1,0 +1,64 @@
+"""Peak memory per GPU of a configuration: weights + activations + the VAE decode's peak.
+
+The HunyuanVideo VAE peak is vae_memory's predictor (calibrated on CPU, see its docstring);
+tiled, the same predictor on one 256-pixel tile's latents. WFVAE reuses its ACTIVATION_FACTOR on
+the decoder's largest activation (256 channels at a quarter of the output's area, 2T-1 frames).
+"""
+
+from __future__ import annotations
+
+import math
+
+from .cost import ACT_BYTES, Shape
+from .models import ModelSpec
+
+ALLOCATOR_OVERHEAD = 1.1  # caching allocator fragmentation and CUDA context on top
+CONTEXT_BYTES = 0.6e9  # CUDA context, cuBLAS/NCCL workspaces
+
+
+def dit_activation_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int) -> float:
+    """Live tensors of one block at its widest moment (inference: nothing kept across blocks)."""
+    s = model.video_tokens(shape.height, shape.width, shape.frames)
+    tokens_local = (s + (0 if model.cross_attention else model.text_tokens)) / (ulysses * ring)
+    width_local = math.ceil(model.heads / ulysses) * model.head_dim
+    seq_gathered = tokens_local * ulysses
+    block = tokens_local * model.hidden * (3 + model.mlp_ratio)  # residual, normed input, MLP hidden
+    attention = seq_gathered * width_local * 5  # q, k, v gathered, output, all-to-all buffer
+    return model.cfg_batch * (block + attention) * ACT_BYTES
+
+
+def vae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
+    import torch
+
+    from pipedit.integrations.hunyuan_video.vae_memory import ACTIVATION_FACTOR, predict_decode_peak_bytes
+
+    t, s = model.compression
+    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
+    if model.family == "hunyuan-video":
+        if tiled:
+            lh, lw = min(lh, 256 // s), min(lw, 256 // s)
+        return predict_decode_peak_bytes(model.vae, (1, model.latent_channels, lt, lh, lw), torch.bfloat16)
+    frames = 2 * lt - 1 if not tiled else 3
+    largest = 2 * model.vae["base_channels"] * frames * 16 * lh * lw
+    return ACTIVATION_FACTOR * largest * ACT_BYTES
+
+
+def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, with_text: bool,
+                       with_vae: bool, tiled: bool) -> float:
+    weights = model.dit_params * model.dit_bytes_per_param
+    if with_text:
+        weights += model.text_params * 2
+    peak = dit_activation_bytes(model, shape, ulysses, ring)
+    if with_vae:
+        weights += model.vae_params * 2
+        peak = max(peak, vae_decode_peak_bytes(model, shape, tiled))
+    return ALLOCATOR_OVERHEAD * (weights + peak) + CONTEXT_BYTES
+
+
+def decode_rank_bytes(model: ModelSpec, shape: Shape, with_text: bool, tiled: bool, aco: bool) -> float:
+    weights = model.vae_params * 2 + (model.text_params * 2 if with_text else 0)
+    peak = vae_decode_peak_bytes(model, shape, tiled)
+    if aco:  # a share of the heads' q, k, v and output over the whole sequence
+        s = model.video_tokens(shape.height, shape.width, shape.frames) + model.text_tokens
+        peak = max(peak, model.cfg_batch * s * model.hidden * 4 * ACT_BYTES / 2)
+    return ALLOCATOR_OVERHEAD * (weights + peak) + CONTEXT_BYTES

@@ -1,0 +1,62 @@
+"""Text tables of the planner's predictions, and the best configuration as an engine config."""
+
+from __future__ import annotations
+
+from .search import Prediction, Problem
+
+GIB = 1024 ** 3
+
+
+def _row(index: str, x: Prediction, problem: Problem) -> str:
+    c = x.candidate
+    chunk = "off" if c.chunk is None else str(c.chunk)
+    limit = problem.limit_s() * problem.prompts
+    return (f"{index:>4} {c.decode_ranks:>6} {f'{c.ulysses}x{c.ring}':>5} {chunk:>6} {'on' if c.aco else 'off':>4} "
+            f"{'on' if c.tiled else 'off':>6} {x.latency_s:>10.2f} {x.batch_s:>10.2f} {x.peak_bytes / GIB:>9.1f} "
+            f"{x.batch_s / limit:>8.1f}x")
+
+
+def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Prediction], top: int) -> str:
+    m, n, s = problem.model, problem.node, problem.shape
+    limit = problem.limit_s()
+    links = "gloo" if n.gpu.host_cores else n.interconnect
+    peak = f"{n.gpu.peak_flops / 1e12:.1f} TFLOPS" if n.gpu.peak_flops >= 1e12 else f"{n.gpu.peak_flops / 1e9:.1f} GFLOPS"
+    head = (f"{m.name} on {n.gpus}x {n.gpu.name} ({links}), {s.width}x{s.height}x{s.frames}, "
+            f"{problem.steps} steps, {problem.prompts} prompt(s)\n"
+            f"physical limit: {limit:.2f} s per request = DiT FLOPs at {n.gpus} x {peak} dense peak "
+            f"({limit * problem.prompts:.2f} s for the batch)\n")
+    columns = (f"{'rank':>4} {'decode':>6} {'uxr':>5} {'pipesp':>6} {'aco':>4} {'tiling':>6} "
+               f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'vs limit':>9}")
+    lines = [head, columns, "-" * len(columns)]
+    lines += [_row(str(i + 1), x, problem) for i, x in enumerate(fitting[:top])]
+    if len(fitting) > top:
+        lines.append(f"     ... {len(fitting) - top} more fitting configurations")
+    if not fitting:
+        lines.append("     no configuration fits in GPU memory")
+    if too_big:
+        lines.append(f"does not fit in {n.gpu.memory / GIB:.0f} GiB per GPU ({len(too_big)} configurations, "
+                     f"not ranked; fastest shown):")
+        lines += [_row("-", x, problem) for x in too_big[:3]]
+    lines.append("latency: one request alone, end to end; batch: all prompts submitted at once; "
+                 "vs limit: batch time / physical limit")
+    return "\n".join(lines)
+
+
+def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | None, device: str) -> str:
+    """The best configuration as a YAML engine config (pipedit.config.load_config reads it)."""
+    import yaml
+
+    c, s = best.candidate, problem.shape
+    data = {
+        "model": {"path": model_path, "device": device, "dtype": "bfloat16" if device == "cuda" else "float32",
+                  "vae_tiling": "on" if c.tiled else "off"},
+        "parallel": {"ulysses": c.ulysses, "ring": c.ring, "decode_ranks": c.decode_ranks,
+                     "pipesp_chunk": "off" if c.chunk is None else c.chunk, "aco": "on" if c.aco else "off"},
+        "generation": {"height": s.height, "width": s.width, "num_frames": s.frames, "steps": problem.steps},
+    }
+    note = (f"# Written by `pipedit plan`: the best of the planner's configurations for {problem.model.name} "
+            f"on {problem.node.gpus}x {problem.node.gpu.name}\n# ({problem.prompts} prompt(s): predicted "
+            f"{best.batch_s:.1f} s for the batch, {best.latency_s:.1f} s per request alone).\n")
+    if model_path is None:
+        note += "# model.path null runs the embedded demo model: set it to your checkpoint folder.\n"
+    return note + yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,128 @@
+"""Every configuration pipedit can run on a node, each predicted by the cost model and the
+schedule simulation, ranked by batch time (per-request latency breaks ties)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .cost import (Layout, Shape, decode_seconds, handoff_seconds, physical_limit_seconds, step_seconds,
+                   text_seconds)
+from .hardware import Node
+from .memory import decode_rank_bytes, denoise_rank_bytes
+from .models import ModelSpec
+from .simulate import Timings, simulate
+
+
+@dataclass(frozen=True)
+class Candidate:
+    decode_ranks: int
+    ulysses: int
+    ring: int
+    chunk: int | None  # PipeSP heads per chunk; None: off (synchronous Ulysses)
+    aco: bool
+    tiled: bool
+    offload: bool = False  # the paper's baseline: modules moved to and from host memory
+
+    def describe(self) -> str:
+        chunk = "off" if self.chunk is None else str(self.chunk)
+        return (f"decode {self.decode_ranks} | u{self.ulysses} x r{self.ring} | pipesp {chunk} | "
+                f"aco {'on' if self.aco else 'off'} | tiling {'on' if self.tiled else 'off'}")
+
+
+@dataclass(frozen=True)
+class Prediction:
+    candidate: Candidate
+    latency_s: float  # one request alone, end to end
+    batch_s: float  # K consecutive requests
+    peak_bytes: float  # the fullest GPU
+    fits: bool
+    timings: Timings
+
+
+@dataclass(frozen=True)
+class Problem:
+    model: ModelSpec
+    node: Node
+    shape: Shape
+    steps: int
+    prompts: int = 1
+
+    def limit_s(self) -> float:
+        return physical_limit_seconds(self.model, self.shape, self.node, self.steps)
+
+
+def text_on_vae(model: ModelSpec, decode_ranks: int) -> bool:
+    """The model's preference (PipeDiT §2): HunyuanVideo's text encoder beside the VAE."""
+    return decode_ranks > 0 and model.family == "hunyuan-video"
+
+
+def timings(p: Problem, c: Candidate) -> Timings:
+    m, n, s = p.model, p.node, p.shape
+    layout = Layout(c.ulysses, c.ring, c.chunk)
+    step = step_seconds(m, s, n, layout)
+    aco_step = None
+    if c.aco:
+        aco_step = step_seconds(m, s, n, Layout(c.ulysses, c.ring, c.chunk, helpers=c.decode_ranks))
+    offload = (0.0, 0.0, 0.0)
+    if c.offload:
+        gpus = c.ulysses * c.ring
+        moved = (m.text_params * 2, m.dit_params * m.dit_bytes_per_param, m.vae_params * 2)
+        offload = tuple(2 * n.offload_s(size, gpus) for size in moved)  # onto the GPUs and back
+    return Timings(steps=p.steps, step_s=step, decode_s=decode_seconds(m, s, n, c.tiled),
+                   text_s=text_seconds(m, n), step_aco_s=aco_step,
+                   handoff_s=handoff_seconds(m, s, n) if c.decode_ranks else 0.0,
+                   decode_ranks=c.decode_ranks, text_on_vae=text_on_vae(m, c.decode_ranks), offload_s=offload)
+
+
+def peak_bytes(p: Problem, c: Candidate) -> float:
+    m, s = p.model, p.shape
+    on_vae = text_on_vae(m, c.decode_ranks)
+    if c.offload:  # one module at a time on every GPU
+        return max(denoise_rank_bytes(m, s, c.ulysses, c.ring, False, False, c.tiled),
+                   decode_rank_bytes(m, s, True, c.tiled, False))
+    denoise = denoise_rank_bytes(m, s, c.ulysses, c.ring, with_text=not on_vae,
+                                 with_vae=c.decode_ranks == 0, tiled=c.tiled)
+    decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco) if c.decode_ranks else 0.0
+    return max(denoise, decode)
+
+
+def predict(p: Problem, c: Candidate) -> Prediction:
+    t = timings(p, c)
+    peak = peak_bytes(p, c)
+    return Prediction(c, simulate(t, 1).batch_s, simulate(t, p.prompts).batch_s, peak,
+                      peak <= p.node.gpu.memory, t)
+
+
+def _local_heads(heads: int, ulysses: int) -> int:
+    return -(-heads // ulysses)
+
+
+def candidates(model: ModelSpec, gpus: int) -> list[Candidate]:
+    found = []
+    for decode in range(0, gpus):
+        denoise = gpus - decode
+        for ulysses in (u for u in range(1, min(denoise, model.heads) + 1) if denoise % u == 0):
+            ring = denoise // ulysses
+            chunks = [None] + ([c for c in (1, 2, 4, 8) if c < _local_heads(model.heads, ulysses)]
+                               if ulysses > 1 else [])
+            for chunk in chunks:
+                for aco in (False, True) if decode and ring == 1 else (False,):
+                    for tiled in (False, True):
+                        found.append(Candidate(decode, ulysses, ring, chunk, aco, tiled))
+    return found
+
+
+def rank(p: Problem, cands: list[Candidate] | None = None) -> tuple[list[Prediction], list[Prediction]]:
+    """(fitting configurations best first, configurations that do not fit in GPU memory)."""
+    predictions = [predict(p, c) for c in (cands if cands is not None else candidates(p.model, p.node.gpus))]
+    fitting = sorted((x for x in predictions if x.fits), key=lambda x: (x.batch_s, x.latency_s, x.peak_bytes, x.candidate.tiled))
+    too_big = sorted((x for x in predictions if not x.fits), key=lambda x: x.batch_s)
+    return fitting, too_big
+
+
+def best_decode_ranks(p: Problem) -> int:
+    """Decode ranks of the best fitting configuration (what `decode_ranks: auto` may use)."""
+    fitting, _ = rank(p)
+    if not fitting:
+        return max(0, min(1, p.node.gpus - 1))
+    return fitting[0].candidate.decode_ranks

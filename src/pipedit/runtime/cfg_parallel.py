@@ -1,0 +1,50 @@
+"""CFG parallel: classifier-free guidance's branches on separate SP groups.
+
+Each group runs the model's forward (with its own sequence parallelism) for one branch of the
+adapter's CFG seam (`cfg_branches`, `predict_branches`, `combine_guidance`); the ranks with the
+same sp rank all-gather their branch predictions every step and combine them with the same
+code in the same order, so every denoise rank holds bit-identical noise predictions and
+latents. A model without CFG branches is refused when the world is set up.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ..distributed.collectives import all_gather_async
+from ..distributed.context import ParallelContext
+from ..errors import UserInputError
+
+_SEAM = ("cfg_branches", "predict_branches", "combine_guidance")
+
+
+def check_cfg_capable(adapter) -> None:
+    missing = [name for name in _SEAM if not callable(getattr(adapter, name, None))]
+    if missing:
+        family = getattr(adapter, "family", type(adapter).__name__)
+        raise UserInputError(
+            f"--cfg-parallel needs a model that runs classifier-free guidance as separate conditional and "
+            f"unconditional passes; {family} has no CFG branches (missing {', '.join(missing)}). "
+            f"Drop --cfg-parallel for this model"
+        )
+
+
+class CfgParallelPredictor:
+    """predict_noise for one CFG group: this group's branch, then the exchange."""
+
+    def __init__(self, adapter, ctx: ParallelContext) -> None:
+        check_cfg_capable(adapter)
+        self.adapter = adapter
+        self.ctx = ctx
+
+    def __call__(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
+                 guidance_scale: float) -> torch.Tensor:
+        branches = self.adapter.cfg_branches(cond)
+        if branches is None:  # this request needs no guidance: every group runs it whole
+            return self.adapter.predict_noise(latents, timestep, cond, guidance_scale)
+        if len(branches) != self.ctx.cfg_degree:
+            raise RuntimeError(f"the model gave {len(branches)} CFG branches for {self.ctx.cfg_degree} CFG groups")
+        mine = self.adapter.predict_branches(latents, timestep, [branches[self.ctx.cfg_rank]])[0]
+        # Every group receives the predictions in branch order, so the combination is identical.
+        preds = all_gather_async(mine.contiguous(), self.ctx.cfg_group).wait()
+        return self.adapter.combine_guidance(preds, guidance_scale)
