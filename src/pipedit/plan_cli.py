@@ -65,9 +65,10 @@ def _profile(args, model, shape, steps: int):
     import sys
 
     from .config import EngineConfig, ModelConfig
-    from .planner.calibrate import scaled_to_model
+    from .planner.calibrate import scaled_to_model, with_step_collectives
     from .request import VideoRequest
     from .runtime.calibration import request_times
+    from .runtime.sp_calibration import SP_RANKS, sp_step_seconds
 
     config = EngineConfig(model=ModelConfig(path=args.model_path, device="cpu", dtype="float32"))
     request = VideoRequest("calibration: a red fox running through snow", height=shape.height, width=shape.width,
@@ -75,7 +76,12 @@ def _profile(args, model, shape, steps: int):
     print(f"pipedit plan: one-rank request of {args.model_path} at {shape.width}x{shape.height}x{shape.frames} "
           f"(measured once, cached) ...", file=sys.stderr, flush=True)
     t_denoise, t_decode = request_times(config, args.model_path, request)
-    return scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+    scaled = scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+    if model.heads < SP_RANKS:
+        return scaled
+    print(f"pipedit plan: {SP_RANKS}-rank Ulysses steps of the same request (measured once, cached) ...",
+          file=sys.stderr, flush=True)
+    return with_step_collectives(scaled, model, shape, SP_RANKS, sp_step_seconds(config, args.model_path, request))
 
 
 def _node(args, prof, gpus: int):
