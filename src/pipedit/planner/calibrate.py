@@ -165,7 +165,7 @@ def with_step_collectives(profile: GpuProfile, model, shape, ranks: int, step_s:
 
     On shared CPU cores a collective inside a real step waits for peers to be scheduled again,
     which a tight all-to-all loop does not show; the latency solved here replaces both gloo
-    latencies (with and without more ranks than cores), never below the loop's own figures.
+    latencies (with and without more ranks than cores), never below the loops' own figures.
     Apply after scaled_to_model (the compute rates must already match the checkpoint).
     """
     from dataclasses import replace
@@ -179,7 +179,6 @@ def with_step_collectives(profile: GpuProfile, model, shape, ranks: int, step_s:
 
     base, per_second = predicted(0.0), (predicted(1e-3) - predicted(0.0)) / 1e-3
     solved = (step_s - base) / per_second if per_second > 0 else 0.0
-    loop = max(profile.pcie_latency_s, profile.crowded_latency_s)
-    latency = max(solved, loop)
-    return replace(profile, pcie_latency_s=latency, crowded_latency_s=latency,
+    latency = max(solved, profile.pcie_latency_s)
+    return replace(profile, pcie_latency_s=latency, crowded_latency_s=max(latency, profile.crowded_latency_s),
                    name=f"{profile.name[:-1]}; collectives from a {ranks}-rank step)")
