@@ -56,7 +56,8 @@ def _model(args):
 
 def _profile(args, model, shape, steps: int):
     """The GPU profile; for `--gpu this --model-path DIR`, scaled to a measured one-rank request of
-    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape)."""
+    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape), with
+    the per-collective latency of a measured 2-rank Ulysses step (pipedit.runtime.sp_calibration)."""
     from .planner.hardware import profile
 
     prof = profile(args.gpu)
