@@ -181,4 +181,4 @@ def with_step_collectives(profile: GpuProfile, model, shape, ranks: int, step_s:
     solved = (step_s - base) / per_second if per_second > 0 else 0.0
     latency = max(solved, profile.pcie_latency_s)
     return replace(profile, pcie_latency_s=latency, crowded_latency_s=max(latency, profile.crowded_latency_s),
-                   name=f"{profile.name[:-1]}; collectives from a {ranks}-rank step)")
+                   name=f"{profile.name.rstrip(')')}; collectives from a {ranks}-rank step)")
