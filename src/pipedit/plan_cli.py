@@ -56,7 +56,8 @@ def _model(args):
 
 def _profile(args, model, shape, steps: int):
     """The GPU profile; for `--gpu this --model-path DIR`, scaled to a measured one-rank request of
-    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape)."""
+    that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape), with
+    the per-collective latency of a measured 2-rank Ulysses step (pipedit.runtime.sp_calibration)."""
     from .planner.hardware import profile
 
     prof = profile(args.gpu)
@@ -65,9 +66,10 @@ def _profile(args, model, shape, steps: int):
     import sys
 
     from .config import EngineConfig, ModelConfig
-    from .planner.calibrate import scaled_to_model
+    from .planner.calibrate import scaled_to_model, with_step_collectives
     from .request import VideoRequest
     from .runtime.calibration import request_times
+    from .runtime.sp_calibration import SP_RANKS, sp_step_seconds
 
     config = EngineConfig(model=ModelConfig(path=args.model_path, device="cpu", dtype="float32"))
     request = VideoRequest("calibration: a red fox running through snow", height=shape.height, width=shape.width,
@@ -75,7 +77,12 @@ def _profile(args, model, shape, steps: int):
     print(f"pipedit plan: one-rank request of {args.model_path} at {shape.width}x{shape.height}x{shape.frames} "
           f"(measured once, cached) ...", file=sys.stderr, flush=True)
     t_denoise, t_decode = request_times(config, args.model_path, request)
-    return scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+    scaled = scaled_to_model(prof, model, shape, steps, t_denoise, t_decode)
+    if model.heads < SP_RANKS:
+        return scaled
+    print(f"pipedit plan: {SP_RANKS}-rank Ulysses steps of the same request (measured once, cached) ...",
+          file=sys.stderr, flush=True)
+    return with_step_collectives(scaled, model, shape, SP_RANKS, sp_step_seconds(config, args.model_path, request))
 
 
 def _node(args, prof, gpus: int):

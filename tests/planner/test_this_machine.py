@@ -37,3 +37,52 @@ def test_scaled_profile_reproduces_the_measured_one_rank_request(demo_checkpoint
     assert 4 * step_seconds(model, shape, one, Layout()) == pytest.approx(2.0)
     assert decode_seconds(model, shape, one, tiled=False) == pytest.approx(0.5)
     assert scaled.pcie_bandwidth == FAKE.pcie_bandwidth  # communication stays as measured
+
+
+def test_step_collectives_reproduce_the_measured_sp_step(demo_checkpoint):
+    model, shape = from_checkpoint(demo_checkpoint), Shape(64, 64, 5)
+    scaled = calibrate.scaled_to_model(FAKE, model, shape, steps=4, t_denoise=2.0, t_decode=0.5)
+    two = make_node(scaled, 2, "pcie")
+    loop_step = step_seconds(model, shape, two, Layout(ulysses=2))
+    fitted = calibrate.with_step_collectives(scaled, model, shape, 2, loop_step + 0.2)
+    # The solved latency reproduces the measured step and leaves compute and bandwidth alone.
+    assert step_seconds(model, shape, make_node(fitted, 2, "pcie"), Layout(ulysses=2)) == pytest.approx(loop_step + 0.2)
+    assert fitted.pcie_latency_s == fitted.crowded_latency_s > max(FAKE.pcie_latency_s, FAKE.crowded_latency_s)
+    assert step_seconds(model, shape, make_node(fitted, 3, "pcie"), Layout(ulysses=3)) > \
+        step_seconds(model, shape, make_node(scaled, 3, "pcie"), Layout(ulysses=3))
+    assert (fitted.peak_flops, fitted.eff_matmul, fitted.pcie_bandwidth) == \
+        (scaled.peak_flops, scaled.eff_matmul, scaled.pcie_bandwidth)
+    # One rank has no collectives: its step is unchanged.
+    one = Layout()
+    assert step_seconds(model, shape, make_node(fitted, 1, "pcie"), one) == \
+        pytest.approx(step_seconds(model, shape, make_node(scaled, 1, "pcie"), one))
+    # A step measured faster than the tight all-to-all loop never lowers the loop's latency.
+    floor = calibrate.with_step_collectives(scaled, model, shape, 2, 0.0)
+    assert (floor.pcie_latency_s, floor.crowded_latency_s) == (FAKE.pcie_latency_s, FAKE.crowded_latency_s)
+
+
+def test_sp_step_measurement_is_cached(tmp_path, monkeypatch, demo_checkpoint):
+    from pipedit.config import EngineConfig, ModelConfig
+    from pipedit.request import VideoRequest
+    from pipedit.runtime import sp_calibration
+
+    monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
+    calls = []
+    monkeypatch.setattr(sp_calibration, "measure_sp_step", lambda *a: calls.append(a) or 0.05)
+    config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint), device="cpu", dtype="float32"))
+    request = VideoRequest("a fox", height=64, width=64, num_frames=5, steps=4)
+    assert sp_calibration.sp_step_seconds(config, str(demo_checkpoint), request) == 0.05
+    assert sp_calibration.sp_step_seconds(config, str(demo_checkpoint), request) == 0.05
+    assert len(calls) == 1
+
+
+@pytest.mark.slow
+def test_sp_step_runs_on_two_ulysses_ranks(demo_checkpoint):
+    from pipedit.config import EngineConfig, ModelConfig
+    from pipedit.request import VideoRequest
+    from pipedit.runtime import sp_calibration
+
+    config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint), device="cpu", dtype="float32"))
+    request = VideoRequest("a fox", height=64, width=64, num_frames=5, steps=2)
+    seconds = sp_calibration.measure_sp_step(config, str(demo_checkpoint), request)
+    assert 0 < seconds < 60

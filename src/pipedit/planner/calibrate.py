@@ -157,3 +157,28 @@ def scaled_to_model(profile: GpuProfile, model, shape, steps: int, t_denoise: fl
     return replace(profile, eff_matmul=profile.eff_matmul / dit, eff_attention=profile.eff_attention / dit,
                    eff_memory=profile.eff_memory / dit, launch_s=profile.launch_s * dit,
                    eff_conv=profile.eff_conv / vae, name=f"{profile.name.split(' (')[0]} (scaled to the model's one-rank run)")
+
+
+def with_step_collectives(profile: GpuProfile, model, shape, ranks: int, step_s: float) -> GpuProfile:
+    """This machine's profile with the per-collective latency that reproduces a measured
+    sequence-parallel step (`ranks`-way Ulysses, synchronous, on `ranks` CPU ranks) of `model`.
+
+    On shared CPU cores a collective inside a real step waits for peers to be scheduled again,
+    which a tight all-to-all loop does not show; the latency solved here replaces both gloo
+    latencies (with and without more ranks than cores), never below the loops' own figures.
+    Apply after scaled_to_model (the compute rates must already match the checkpoint).
+    """
+    from dataclasses import replace
+
+    from .cost import Layout, step_seconds
+    from .hardware import make_node
+
+    def predicted(latency: float) -> float:
+        probe = replace(profile, pcie_latency_s=latency, crowded_latency_s=latency)
+        return step_seconds(model, shape, make_node(probe, ranks, "pcie"), Layout(ulysses=ranks))
+
+    base, per_second = predicted(0.0), (predicted(1e-3) - predicted(0.0)) / 1e-3
+    solved = (step_s - base) / per_second if per_second > 0 else 0.0
+    latency = max(solved, profile.pcie_latency_s)
+    return replace(profile, pcie_latency_s=latency, crowded_latency_s=max(latency, profile.crowded_latency_s),
+                   name=f"{profile.name.rstrip(')')}; collectives from a {ranks}-rank step)")
