@@ -179,7 +179,7 @@ def add_load_parser(kinds) -> None:
 
 
 def _run_load(args) -> int:
-    from .errors import UserInputError
+    from ..errors import UserInputError
 
     for name in ("requests", "concurrency"):
         if getattr(args, name) < 1:
