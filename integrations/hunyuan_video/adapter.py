@@ -13,7 +13,7 @@ import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 from diffusers.utils.torch_utils import randn_tensor
 
-from pipedit.adapter import ALL_PARTS, VideoShape, read_model_index
+from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
@@ -93,20 +93,8 @@ class HunyuanVideoAdapter:
         return self.spatial_ratio * self.dit_config["patch_size"]
 
     def validate(self, shape: VideoShape, steps: int) -> None:
-        m, r = self.size_multiple, self.temporal_ratio
-        if shape.height < m or shape.width < m or shape.height % m or shape.width % m:
-            raise InvalidRequestError(
-                f"height and width must be positive multiples of {m} for this model, got "
-                f"{shape.height}x{shape.width} (e.g. {m * max(1, round(shape.height / m))}x"
-                f"{m * max(1, round(shape.width / m))})"
-            )
-        if shape.num_frames < 1 or (shape.num_frames - 1) % r:
-            raise InvalidRequestError(
-                f"num_frames must be {r}*k+1 (1, {r + 1}, {2 * r + 1}, {4 * r + 1}, ...) for this model's VAE, "
-                f"got {shape.num_frames}"
-            )
-        if steps < 1:
-            raise InvalidRequestError(f"steps must be at least 1, got {steps}")
+        check_video_shape(shape, steps, size_multiple=self.size_multiple, frame_stride=self.temporal_ratio,
+                          model="this model")
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from pipedit.adapter import ALL_PARTS, VideoShape
+from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape
 from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 
@@ -95,20 +95,9 @@ class OpenSoraPlanAdapter:
         return VAE_SPATIAL * int(self.dit_config.get("patch_size", 2))
 
     def validate(self, shape: VideoShape, steps: int) -> None:
-        m = self.size_multiple
-        if shape.height < m or shape.width < m or shape.height % m or shape.width % m:
-            raise InvalidRequestError(
-                f"height and width must be positive multiples of {m} for OpenSoraPlan (VAE x{VAE_SPATIAL}, patch "
-                f"{m // VAE_SPATIAL}; it was trained on multiples of 32), got {shape.height}x{shape.width} "
-                f"(e.g. {m * max(1, round(shape.height / m))}x{m * max(1, round(shape.width / m))})"
-            )
-        r = VAE_TEMPORAL
-        if shape.num_frames < 1 or (shape.num_frames - 1) % r:
-            raise InvalidRequestError(
-                f"num_frames must be {r}*k+1 (1, 5, 9, ..., 93, ...) for OpenSoraPlan's VAE, got {shape.num_frames}"
-            )
-        if steps < 1:
-            raise InvalidRequestError(f"steps must be at least 1, got {steps}")
+        # Multiples of 16 = VAE x8 times patch 2; the release was trained on multiples of 32.
+        check_video_shape(shape, steps, size_multiple=self.size_multiple, frame_stride=VAE_TEMPORAL,
+                          model="OpenSoraPlan")
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()

@@ -12,7 +12,7 @@ from typing import Any, Protocol
 
 import torch
 
-from .errors import ModelPathError
+from .errors import InvalidRequestError, ModelPathError
 
 # Model name (--model) -> "module:class" of the adapter, imported lazily.
 _MODELS: dict[str, str] = {
@@ -37,6 +37,24 @@ class VideoShape:
     height: int
     width: int
     num_frames: int
+
+
+def check_video_shape(shape: VideoShape, steps: int, *, size_multiple: int, frame_stride: int, model: str) -> None:
+    """The checks every video model shares (sizes a multiple of the VAE x patch stride, frames
+    frame_stride*k+1 for a causal video VAE, at least one step); errors name what is allowed."""
+    m, r = size_multiple, frame_stride
+    if shape.height < m or shape.width < m or shape.height % m or shape.width % m:
+        raise InvalidRequestError(
+            f"height and width must be positive multiples of {m} for {model}, got {shape.height}x{shape.width} "
+            f"(e.g. {m * max(1, round(shape.height / m))}x{m * max(1, round(shape.width / m))})"
+        )
+    if shape.num_frames < 1 or (shape.num_frames - 1) % r:
+        raise InvalidRequestError(
+            f"num_frames must be {r}*k+1 (1, {r + 1}, {2 * r + 1}, {4 * r + 1}, ...) for {model}'s VAE, "
+            f"got {shape.num_frames}"
+        )
+    if steps < 1:
+        raise InvalidRequestError(f"steps must be at least 1, got {steps}")
 
 
 class ModelAdapter(Protocol):

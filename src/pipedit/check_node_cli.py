@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
-
 
 def add_check_node_parser(sub) -> None:
     p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result")
