@@ -11,9 +11,11 @@ Q/K/V to a pipedit AttentionStrategy:
   all-to-all starts as soon as that projection is computed, so it overlaps the next projection
   (the paper's Q/K/V overlap for OpenSoraPlan). Skiparse runs after the all-to-all on the full
   sequence of the local heads, as a TokenLayout (`VideoKeys`).
-- cross-attention: text stays replicated (every rank projects all text tokens, and the strategy
-  slices the text heads), so the model's text padding mask needs no sharding; only the video
-  queries and outputs move. K/V are projected while q's all-to-all is in flight.
+- cross-attention needs no communication at all: a video query attends to the text alone, and
+  the text is replicated (every rank projects all text tokens), so each rank attends its own video
+  tokens with every head, through the strategy's kernel. Upstream all-to-alls q, k, v and the
+  output here too; skipping that removes a third of the sequence-parallel traffic. Aco helpers
+  therefore serve self-attention only.
 Masks: the model's additive biases (0 valid, -10000 masked; -9980 on Skiparse padding) become
 boolean key masks; a masked key's weight exp(-1e4) is exactly 0 in fp32/bf16 either way.
 """
@@ -100,17 +102,17 @@ class OpenSoraSequenceParallelProcessor:
             keys = None if layout is None and valid is None else VideoKeys(layout, valid)
             out = self._attend(attn, started, layout=keys)
         else:
-            started = [self._start(self._project(attn.to_q, hidden_states, attn)), None, None]
-            # Projected while the query all-to-all is in flight; replicated on every rank.
+            q = self._project(attn.to_q, hidden_states, attn)
             text_k = self._project(attn.to_k, encoder_hidden_states, attn)
             text_v = self._project(attn.to_v, encoder_hidden_states, attn)
-            out = self._attend(attn, started, joint_k=text_k, joint_v=text_v, joint_kv_mask=_valid(attention_mask))
+            out = self.strategy.kernel(q, text_k, text_v, _valid(attention_mask))
         return attn.to_out[0](out.flatten(2).to(hidden_states.dtype))
 
 
 def enable_sequence_parallel(transformer, ctx, strategy) -> int:
-    """Shards the video sequence over ctx's ranks and routes every attention (self and cross)
-    through `strategy`; returns the attention calls per forward that go through it."""
+    """Shards the video sequence over ctx's ranks and routes every self-attention through
+    `strategy` (cross-attention runs locally, see the module docstring); returns the attention
+    calls per forward that go through the strategy."""
     sparse = any(block.layout is not None for block in transformer.transformer_blocks)
     if sparse and ctx.ring_degree > 1:
         raise UserInputError(
@@ -118,9 +120,7 @@ def enable_sequence_parallel(transformer, ctx, strategy) -> int:
             f"splits: use --ulysses {ctx.world_size} --ring 1 (any rank count works, heads split unevenly)"
         )
     shards = apply_shard_plan(transformer, SHARD_PLAN, ctx)
-    calls = 0
     for block in transformer.transformer_blocks:
         for attn in (block.attn1, block.attn2):
             attn.processor = OpenSoraSequenceParallelProcessor(strategy, shards)
-            calls += 1
-    return calls
+    return len(transformer.transformer_blocks)  # one self-attention per block

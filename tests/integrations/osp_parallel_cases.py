@@ -42,7 +42,7 @@ def forward_worker(rank, world_size, ulysses, options, aco):
     """ulysses denoise ranks (plus world_size - ulysses Aco helpers when aco)."""
     denoise_ranks = list(range(ulysses))
     ctx = ParallelContext.create(ulysses, 1, ranks=denoise_ranks)
-    calls = 2 * LAYERS
+    calls = LAYERS  # self-attentions only: cross-attention runs locally on every rank
     if ctx is None:  # an Aco helper
         plan = plan_aco(HEADS, denoise_ranks, list(range(ulysses, world_size)))
         serve_aco_calls(plan.served_by(rank), AcoShape(0, 0, HEAD_DIM, torch.float32), calls,
