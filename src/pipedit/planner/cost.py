@@ -54,7 +54,7 @@ def step_work(model: ModelSpec, shape: Shape) -> StepWork:
         self_attn = 4 * s * s * h * (dense + model.sparse_layers / model.sparse_n)
         cross_attn = 4 * s * t * h * model.layers
         attention = b * (self_attn + cross_attn)
-        a2a_per_layer = b * s * h * ACT_BYTES * (4 + 2)  # self: q,k,v,o; cross: q,o (text is small)
+        a2a_per_layer = b * s * h * ACT_BYTES * 4  # self: q,k,v,o; cross-attention runs locally (text replicated)
     else:
         linear = 2 * b * model.layers * per_token_block * (s + t)
         attention = 4 * b * (s + t) ** 2 * h * model.layers

@@ -27,7 +27,9 @@ Efficiency factors are per GPU kind, never per model or shape (assumptions, with
 - CPU offload (the paper's baseline): modules move whole between pageable host memory and
   every GPU at once; the host side (memory copies through the driver's staging buffers, shared
   by all GPUs of the node) is the limit: 24 GB/s for the node in aggregate (a dual-socket
-  DDR4 server's practical pageable-copy throughput), at most the PCIe link per GPU.
+  DDR4 server's practical pageable-copy throughput), at most the PCIe link per GPU. Caveat: this
+  value was picked with the paper's baseline totals in view (0.33-0.35 s per GB moved); it is one
+  value for every cell, not fitted per cell, but it is not a datasheet figure.
 """
 
 from __future__ import annotations
