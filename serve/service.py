@@ -15,12 +15,10 @@ from .jobs import JobService
 from .params import ServiceLimits
 from .store import JobStore
 
-DEMO_MODEL_NAME = "hunyuan-video-demo"
-
-
 def model_name_for(config: EngineConfig) -> str:
-    """The name clients pass as `model`: the checkpoint folder's name, or the demo model's."""
-    return Path(config.model.path).name if config.model.path else DEMO_MODEL_NAME
+    """The name clients pass as `model`: the checkpoint folder's name, or the demo model's
+    (hunyuan-video-demo, opensora-plan-demo)."""
+    return Path(config.model.path).name if config.model.path else f"{config.model.name or 'hunyuan-video'}-demo"
 
 
 def data_dir_for(config: EngineConfig) -> Path:

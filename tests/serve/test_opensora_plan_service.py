@@ -1,0 +1,40 @@
+"""The server serves OpenSoraPlan when its config names the model (official layout, no model_index.json)."""
+
+import pytest
+
+from pipedit.config import EngineConfig, ModelConfig
+from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.service import model_name_for, open_service
+from pipedit.video import read_mp4
+from serve_helpers import wait_for
+
+
+@pytest.fixture(scope="module")
+def osp_checkpoint(tmp_path_factory):
+    from pipedit.cli import main
+
+    folder = tmp_path_factory.mktemp("models") / "osp-demo"
+    assert main(["demo-checkpoint", "--model", "opensora-plan", str(folder)]) == 0
+    return folder
+
+
+def test_the_demo_model_is_named_after_its_family():
+    assert model_name_for(EngineConfig(model=ModelConfig(name="opensora-plan"))) == "opensora-plan-demo"
+    assert model_name_for(EngineConfig()) == "hunyuan-video-demo"
+
+
+def test_a_job_on_opensora_plan_completes_and_bad_shapes_are_refused(osp_checkpoint, tmp_path):
+    config = EngineConfig(model=ModelConfig(path=str(osp_checkpoint), name="opensora-plan"))
+    service = open_service(config, tmp_path)
+    try:
+        with pytest.raises(Exception, match="multiples of 16"):
+            service.create(VideoCreateParams(prompt="a boat", size="40x32", num_frames=5))
+        with pytest.raises(Exception, match=r"4\*k\+1"):
+            service.create(VideoCreateParams(prompt="a boat", size="48x32", num_frames=6))
+        video = service.create(VideoCreateParams(prompt="a boat", size="48x32", num_frames=5, num_inference_steps=2))
+        assert video.model == "osp-demo"
+        wait_for(lambda: service.get(video.id).status in ("completed", "failed"), timeout=120)
+        assert service.get(video.id).status == "completed", service.get(video.id).error
+        assert read_mp4(service.content_path(video.id)).shape == (5, 32, 48, 3)
+    finally:
+        service.shutdown()
