@@ -17,6 +17,17 @@ def demo_checkpoint(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def osp_demo(tmp_path_factory):
+    """The tiny OpenSoraPlan demo checkpoint (official layout), written once per session by
+    `pipedit demo-checkpoint --model opensora-plan DIR`."""
+    from pipedit.cli import main
+
+    folder = tmp_path_factory.mktemp("models") / "osp-demo"
+    assert main(["demo-checkpoint", "--model", "opensora-plan", str(folder)]) == 0
+    return folder
+
+
+@pytest.fixture(scope="session")
 def diffusers_pipeline(demo_checkpoint):
     """The reference implementation, loaded unchanged from the same folder."""
     from diffusers import HunyuanVideoPipeline

@@ -169,15 +169,13 @@ def test_opensora_plan_spec_from_checkpoint_configs(tmp_path, capsys):
     assert spec.vae["base_channels"] == 16 and spec.vae["connect_res_layer_num"] == 1
 
 
-def test_plan_reads_the_opensora_plan_release_layout(tmp_path, capsys):
-    from pipedit.integrations.opensora_plan.demo_checkpoint import write_demo_checkpoint
+def test_plan_reads_the_opensora_plan_release_layout(osp_demo, capsys):
     from pipedit.planner.models import family_of
 
-    path = write_demo_checkpoint(tmp_path / "osp-demo")
-    assert family_of(path) == "opensora-plan"
-    spec = from_checkpoint(path, "opensora-plan")
+    assert family_of(osp_demo) == "opensora-plan"
+    spec = from_checkpoint(osp_demo, "opensora-plan")
     assert (spec.heads, spec.head_dim, spec.layers, spec.sparse_layers) == (2, 12, 6, 4)
     assert spec.vae["base_channels"] == 8 and spec.dit_params > 0
-    assert main(["plan", "--model-path", str(path), "--gpus", "2", "--height", "64", "--width", "64",
+    assert main(["plan", "--model-path", str(osp_demo), "--gpus", "2", "--height", "64", "--width", "64",
                  "--frames", "9", "--steps", "2", "--top", "2"]) == 0
     assert "(OpenSoraPlan, 2x12)" in capsys.readouterr().out

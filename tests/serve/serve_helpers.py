@@ -12,6 +12,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.runtime.engine_core import EngineCore
@@ -49,6 +50,14 @@ def start(checkpoint: Path, data_dir: Path, limits: ServiceLimits = ServiceLimit
         service.recover()
     url, stop = serve_in_thread(build_app(service, api_keys))
     return Running(engine, service, url, stop)
+
+
+@pytest.fixture(scope="module")
+def server(demo_checkpoint, tmp_path_factory):
+    """A running service (engine, store, HTTP) for the tests of one module; conftests import it."""
+    running = start(demo_checkpoint, tmp_path_factory.mktemp("data"))
+    yield running
+    running.close()
 
 
 def serve_in_thread(app) -> tuple[str, callable]:

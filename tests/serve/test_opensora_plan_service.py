@@ -9,22 +9,13 @@ from pipedit.video import read_mp4
 from serve_helpers import wait_for
 
 
-@pytest.fixture(scope="module")
-def osp_checkpoint(tmp_path_factory):
-    from pipedit.cli import main
-
-    folder = tmp_path_factory.mktemp("models") / "osp-demo"
-    assert main(["demo-checkpoint", "--model", "opensora-plan", str(folder)]) == 0
-    return folder
-
-
 def test_the_demo_model_is_named_after_its_family():
     assert model_name_for(EngineConfig(model=ModelConfig(name="opensora-plan"))) == "opensora-plan-demo"
     assert model_name_for(EngineConfig()) == "hunyuan-video-demo"
 
 
-def test_a_job_on_opensora_plan_completes_and_bad_shapes_are_refused(osp_checkpoint, tmp_path):
-    config = EngineConfig(model=ModelConfig(path=str(osp_checkpoint), name="opensora-plan"))
+def test_a_job_on_opensora_plan_completes_and_bad_shapes_are_refused(osp_demo, tmp_path):
+    config = EngineConfig(model=ModelConfig(path=str(osp_demo), name="opensora-plan"))
     service = open_service(config, tmp_path)
     try:
         with pytest.raises(Exception, match="multiples of 16"):
