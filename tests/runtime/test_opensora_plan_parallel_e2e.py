@@ -11,10 +11,10 @@ of size ~4 (measured on a 4-head variant). 1e-4 is the contract's bound for fina
 """
 
 import pytest
-import torch
 
+from e2e_helpers import Case, generated_latents
+from e2e_helpers import single_device_latents as reference_latents
 from pipedit.cli import main
-from pipedit.config import EngineConfig, ModelConfig
 from pipedit.integrations.opensora_plan.checkpoint import DEFAULT_TRANSFORMER_FOLDER, TEXT_ENCODER_FOLDER, VAE_FOLDER
 from pipedit.integrations.opensora_plan.demo_checkpoint import (
     demo_transformer_config,
@@ -26,11 +26,9 @@ from pipedit.integrations.opensora_plan.demo_checkpoint import (
 )
 from pipedit.integrations.opensora_plan.transformer import OpenSoraPlanTransformer, TransformerConfig
 from pipedit.integrations.opensora_plan.wfvae import WFVAE, WFVAEConfig
-from pipedit.request import VideoRequest
-from pipedit.runtime.engine import Engine
 
-HEIGHT, WIDTH, FRAMES, STEPS, SEED = 48, 80, 9, 2, 7
 PROMPT = "a lighthouse at dusk"
+CASE = Case(PROMPT, height=48, width=80, frames=9, steps=2, seed=7)
 
 
 @pytest.fixture(scope="module")
@@ -47,20 +45,7 @@ def checkpoint(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def single_device_latents(checkpoint):
-    request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, seed=SEED)
-    with Engine(EngineConfig(model=ModelConfig(path=str(checkpoint)))) as engine:
-        return engine.generate(request).latents
-
-
-def _generate(checkpoint, tmp_path, flags) -> torch.Tensor:
-    latents_file = tmp_path / "latents.pt"
-    code = main([
-        "generate", "--prompt", PROMPT, "--model-path", str(checkpoint), "--height", str(HEIGHT),
-        "--width", str(WIDTH), "--num-frames", str(FRAMES), "--steps", str(STEPS), "--seed", str(SEED),
-        "--output", str(tmp_path / "out.mp4"), "--save-latents", str(latents_file), *flags,
-    ])
-    assert code == 0
-    return torch.load(latents_file)
+    return reference_latents(checkpoint, CASE)
 
 
 FAST = [["--ulysses", "2"], ["--ulysses", "2", "--pipesp-chunk", "1"], ["--cfg-parallel"], ["--decode-ranks", "1"],
@@ -72,7 +57,7 @@ SLOW = [["--cfg-parallel", "--ulysses", "2"], ["--ulysses", "3", "--pipesp-chunk
     "flags", FAST + [pytest.param(flags, marks=pytest.mark.slow) for flags in SLOW], ids=lambda flags: " ".join(flags)
 )
 def test_parallel_latents_equal_single_device(ray_session, checkpoint, single_device_latents, tmp_path, flags):
-    latents = _generate(checkpoint, tmp_path, flags)
+    latents = generated_latents(checkpoint, tmp_path, CASE, flags)
     assert latents.shape == single_device_latents.shape == (1, 8, 3, 6, 10)
     assert single_device_latents.abs().max().item() > 0.1
     assert (latents - single_device_latents).abs().max().item() <= 1e-4

@@ -7,22 +7,18 @@ rounding. 1e-4 is the contract's bound for final latents.
 """
 
 import pytest
-import torch
 
+from e2e_helpers import Case, generated_latents
+from e2e_helpers import single_device_latents as reference_latents
 from pipedit.cli import main
-from pipedit.config import EngineConfig, ModelConfig
-from pipedit.request import VideoRequest
-from pipedit.runtime.engine import Engine
 
-HEIGHT, WIDTH, FRAMES, STEPS, SEED = 80, 112, 17, 2, 5
 PROMPT = "a lighthouse at dusk"
+CASE = Case(PROMPT, height=80, width=112, frames=17, steps=2, seed=5)
 
 
 @pytest.fixture(scope="module")
 def single_device_latents(demo_checkpoint):
-    request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, seed=SEED)
-    with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))) as engine:
-        return engine.generate(request).latents
+    return reference_latents(demo_checkpoint, CASE)
 
 
 @pytest.mark.parametrize(
@@ -32,14 +28,7 @@ def single_device_latents(demo_checkpoint):
     ids=lambda flags: " ".join(flags),
 )
 def test_parallel_latents_equal_single_device(ray_session, demo_checkpoint, single_device_latents, tmp_path, flags):
-    latents_file = tmp_path / "latents.pt"
-    code = main([
-        "generate", "--prompt", PROMPT, "--model-path", str(demo_checkpoint), "--height", str(HEIGHT),
-        "--width", str(WIDTH), "--num-frames", str(FRAMES), "--steps", str(STEPS), "--seed", str(SEED),
-        "--output", str(tmp_path / "out.mp4"), "--save-latents", str(latents_file), *flags,
-    ])
-    assert code == 0
-    latents = torch.load(latents_file)
+    latents = generated_latents(demo_checkpoint, tmp_path, CASE, flags)
     assert latents.shape == single_device_latents.shape
     assert (latents - single_device_latents).abs().max().item() <= 1e-4
 
