@@ -31,6 +31,7 @@ class OpenSoraPlanAdapter:
     preferred_text_encoder = "dit"
     accepts_text_encoder_path = True
     ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
+    temporal_ratio = VAE_TEMPORAL  # frames per latent frame (the server lists 4k+1 frame counts)
 
     def __init__(self, components: dict, dit_config: dict, device, dtype: torch.dtype | None, vae_tiling: str = "auto"):
         if vae_tiling not in VAE_TILING_MODES:

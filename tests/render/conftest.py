@@ -8,6 +8,8 @@ from render_helpers import SubmitCounter
 # The serving tests' helpers start a real server in-process; reuse them rather than copy them.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
 
+from serve_helpers import server  # noqa: E402,F401 - the shared fixture
+
 
 @pytest.fixture
 def submits(monkeypatch):

@@ -16,13 +16,6 @@ LINES = [
 TOLERANCE = 2  # of 255: both runs decode the same latents; the mp4 encoding is deterministic
 
 
-@pytest.fixture(scope="module")
-def server(demo_checkpoint, tmp_path_factory):
-    from serve_helpers import start
-
-    running = start(demo_checkpoint, tmp_path_factory.mktemp("serve-data"))
-    yield running
-    running.close()
 
 
 def test_endpoint_renders_the_same_videos_as_in_process(tmp_path, demo_checkpoint, server, capsys):

@@ -18,6 +18,8 @@ def test_a_job_on_opensora_plan_completes_and_bad_shapes_are_refused(osp_demo, t
     config = EngineConfig(model=ModelConfig(path=str(osp_demo), name="opensora-plan"))
     service = open_service(config, tmp_path)
     try:
+        options = service.options()  # what the web page offers: OpenSoraPlan's 4k+1 frames, multiples of 16
+        assert options["frame_counts"][:3] == [1, 5, 9] and options["size_multiple"] == 16
         with pytest.raises(Exception, match="multiples of 16"):
             service.create(VideoCreateParams(prompt="a boat", size="40x32", num_frames=5))
         with pytest.raises(Exception, match=r"4\*k\+1"):
