@@ -1,7 +1,9 @@
 """The official Open-Sora-Plan v1.3 sampler: diffusers' EulerAncestralDiscreteScheduler with
 v-prediction, zero-terminal-SNR betas and trailing timesteps (default linear betas 1e-4..0.02
-over 1000 steps). With its timesteps set, init_noise_sigma is sigmas.max(): sigma(t=999) = 4096
-(alphas_cumprod[-1] = 2^-24) for up to 250 steps (500 and 1000 steps reach t=997/998, larger)."""
+over 1000 steps). With its timesteps set, init_noise_sigma is sigmas.max(): sigma(t=999) =
+sqrt(2^24 - 1) (alphas_cumprod[-1] = 2^-24) for up to 250 steps (500 and 1000 steps reach t=997/998,
+larger). In float32 that is 4096.0 on some CPUs and 4095.99976 on others (the exact value lies a hair
+from the midpoint of the two), so nothing may assume either bit pattern."""
 
 from __future__ import annotations
 

@@ -132,9 +132,19 @@ def test_unusable_arguments_exit_2(tmp_path, demo_checkpoint, capsys):
 
 
 @pytest.mark.slow
-def test_decode_ranks_pipeline_gives_the_single_rank_videos(tmp_path, demo_checkpoint, ray_session):
-    """DeDiVAE across the file's prompts (Ray rank actors) renders what one rank renders."""
+def test_decode_ranks_pipeline_gives_the_single_rank_videos(tmp_path, demo_checkpoint, ray_session, monkeypatch):
+    """DeDiVAE across the file's prompts (Ray rank actors) renders what one rank renders.
+
+    The ranks run with this process's torch thread count: with another count, float sums reorder
+    (~1e-7), a pixel on a uint8 boundary moves one level, and x264 spreads that over up to 11 levels
+    of its block; with the same count and CPU the frames agree, and the bound leaves 2 levels for
+    the encoder."""
     import numpy as np
+    import torch
+
+    from pipedit.runtime.rank import CPU_THREADS_ENV
+
+    monkeypatch.setenv(CPU_THREADS_ENV, str(torch.get_num_threads()))
 
     prompts = write_jsonl(tmp_path / "prompts.jsonl", [LINES[0], LINES[2], LINES[3]])
     assert render(prompts, tmp_path / "one", demo_checkpoint) == 0

@@ -7,7 +7,11 @@ The model has 3 heads (2 ranks split them 2+1) and sparse layers 2..5 (single an
 padded to 512 tokens. Ulysses and Aco only move data (measured: 0.0 difference). CFG parallel
 runs each branch as its own batch-1 forward instead of one batch-2 forward: matmul rounding
 differs by ~1e-6 per forward, which guidance (x6) and the sampler carry to ~5e-5 on final latents
-of size ~4 (measured on a 4-head variant). 1e-4 is the contract's bound for final latents.
+of size ~4 (measured on a 4-head variant). The ranks also run another torch thread count than the
+driver. With 2 steps the first one starts at sigma_max ~ 4096, where the update cancels numbers
+around 4096 |z|: a model output one float32 ulp apart moves that step by one ulp of 4096 (2.4e-4 ..
+2e-3), which reaches the final latents divided by sigma_1^2 + 1 ~ 13, i.e. up to ~1.5e-4. So the bound
+is the contract's relative one (check-node's): max|diff| <= 1e-4 x max|single-device latents|.
 """
 
 import pytest
@@ -60,7 +64,7 @@ def test_parallel_latents_equal_single_device(ray_session, checkpoint, single_de
     latents = generated_latents(checkpoint, tmp_path, CASE, flags)
     assert latents.shape == single_device_latents.shape == (1, 8, 3, 6, 10)
     assert single_device_latents.abs().max().item() > 0.1
-    assert (latents - single_device_latents).abs().max().item() <= 1e-4
+    assert (latents - single_device_latents).abs().max().item() <= 1e-4 * single_device_latents.abs().max().item()
 
 
 def test_cfg_parallel_refused_for_a_model_without_cfg_branches(demo_checkpoint, tmp_path, capsys):

@@ -19,6 +19,7 @@ from ..distributed.devices import check_distinct_gpus
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
 from .layout import WorldLayout
+from .rank import CPU_THREADS_ENV, cpu_threads_per_rank
 from .rank_failure import RankGroupError
 from .worker import DenoiseWorker
 
@@ -57,7 +58,7 @@ class RayExecutor:
         self._started_ray = ensure_ray(layout.world_size)
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
-        env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env()}
+        env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env(), **_thread_env(layout.world_size)}
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         try:
@@ -188,6 +189,13 @@ def _fault_env() -> dict[str, str]:
     if _once_dir is None:
         _once_dir = tempfile.mkdtemp(prefix="pipedit-faults-")
     return {faults.ENV: spec, faults.ONCE_DIR_ENV: _once_dir}
+
+
+def _thread_env(world_size: int) -> dict[str, str]:
+    """PIPEDIT_CPU_THREADS, checked here (a bad value fails the start), for the rank actors."""
+    if not os.environ.get(CPU_THREADS_ENV):
+        return {}
+    return {CPU_THREADS_ENV: str(cpu_threads_per_rank(world_size))}
 
 
 def _rank_bundles(world_size: int, use_gpu: bool):

@@ -17,6 +17,7 @@ from ..distributed import deadline
 from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.spawn import free_tcp_port
+from ..errors import UserInputError
 from ..logs import quiet_libraries
 from ..request import VideoRequest
 from .layout import WorldLayout
@@ -69,7 +70,7 @@ class RankWorker:
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.layout.world_size))
+        torch.set_num_threads(cpu_threads_per_rank(self.layout.world_size))
         options = {}
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -98,6 +99,9 @@ class RankWorker:
             name: sum(p.numel() for p in module.parameters())
             for name, module in self.adapter.components.items() if isinstance(module, torch.nn.Module)
         }
+
+    def torch_threads(self) -> int:
+        return torch.get_num_threads()
 
     def peak_host_rss_bytes(self) -> int:
         """Peak resident host memory of this rank's process (loading included)."""
@@ -136,3 +140,17 @@ class RankWorker:
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+CPU_THREADS_ENV = "PIPEDIT_CPU_THREADS"
+
+
+def cpu_threads_per_rank(world_size: int) -> int:
+    """torch threads of one rank of a multi-rank world: PIPEDIT_CPU_THREADS where set, else the
+    machine's cores shared evenly among the ranks (they run on one host when they run on CPU)."""
+    given = os.environ.get(CPU_THREADS_ENV)
+    if given:
+        if not given.isdigit() or int(given) < 1:
+            raise UserInputError(f"{CPU_THREADS_ENV}={given!r}: expected a whole number of threads >= 1")
+        return int(given)
+    return max(1, (os.cpu_count() or 1) // world_size)

@@ -1,9 +1,15 @@
 """The reproducibility convention (facts sheet section 7) through pipedit's denoising job:
-one CPU generator per request draws the initial noise (x init_noise_sigma = 4096), then one
+one CPU generator per request draws the initial noise (x init_noise_sigma), then one
 latent-shaped randn per step after the model call (the ancestral noise); CFG batches
 [negative, positive]. Compared with the official loop written out here, in fp32 within 1e-5
-(same operations; only batching of the two branches could change the rounding)."""
+(same operations; only batching of the two branches could change the rounding).
 
+init_noise_sigma is sigma_max = sqrt(2**24 - 1) = 4095.99987793..., which the scheduler computes in
+float32 and which lies a hair from the midpoint between the float32 neighbours 4095.99976 and 4096.0:
+one CPU's kernels give one, another CPU's the other. The tests take the scheduler's own value and
+check only that it is one of those two."""
+
+import pytest
 import torch
 from diffusers import EulerAncestralDiscreteScheduler
 
@@ -12,6 +18,36 @@ from pipedit.request import VideoRequest
 from pipedit.runtime.denoise import DenoiseJob
 
 SHAPE = dict(height=32, width=32, num_frames=5)
+SIGMA_MAX_CANDIDATES = (float(torch.tensor(4096.0).nextafter(torch.tensor(0.0))), 4096.0)  # 4095.99976, 4096.0
+
+
+def _official_scheduler(steps: int) -> EulerAncestralDiscreteScheduler:
+    scheduler = EulerAncestralDiscreteScheduler(prediction_type="v_prediction", rescale_betas_zero_snr=True,
+                                                timestep_spacing="trailing")
+    scheduler.set_timesteps(steps)
+    return scheduler
+
+
+@pytest.fixture(params=SIGMA_MAX_CANDIDATES, ids=["sigma-4095.99976", "sigma-4096"])
+def sigma_max(request, monkeypatch):
+    """Both float32 roundings of sigma_max, whichever this CPU computes: the scheduler's last
+    alpha_cumprod is set so that its sigma is exactly the candidate, for pipedit's job and the
+    reference loop alike (both build the scheduler through diffusers' set_timesteps)."""
+    wanted = request.param
+    original = EulerAncestralDiscreteScheduler.set_timesteps
+
+    def set_timesteps(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.sigmas[0] = wanted  # trailing spacing: the first timestep is t=999, sigma_max
+
+    monkeypatch.setattr(EulerAncestralDiscreteScheduler, "set_timesteps", set_timesteps)
+    return wanted
+
+
+def test_this_cpu_computes_one_of_the_two_float32_roundings_of_sigma_max():
+    scheduler = _official_scheduler(3)
+    assert scheduler.init_noise_sigma in SIGMA_MAX_CANDIDATES
+    assert scheduler.init_noise_sigma == scheduler.sigmas[0].item() == scheduler.sigmas.max().item()
 
 
 def _run_job(adapter, cond, seed: int, steps: int = 3, guidance: float = 7.5) -> DenoiseJob:
@@ -23,10 +59,7 @@ def _run_job(adapter, cond, seed: int, steps: int = 3, guidance: float = 7.5) ->
 
 
 def _official_loop(adapter, cond, seed: int, steps: int, guidance: float):
-    scheduler = EulerAncestralDiscreteScheduler(prediction_type="v_prediction", rescale_betas_zero_snr=True,
-                                                timestep_spacing="trailing")
-    scheduler.set_timesteps(steps)
-    assert scheduler.init_noise_sigma == 4096.0
+    scheduler = _official_scheduler(steps)
     generator = torch.Generator("cpu").manual_seed(seed)
     latents = torch.randn(adapter.latent_shape(VideoShape(**SHAPE)), generator=generator) * scheduler.init_noise_sigma
     text = torch.cat([cond["negative_prompt_embeds"], cond["prompt_embeds"]])[:, None]
@@ -42,7 +75,7 @@ def _official_loop(adapter, cond, seed: int, steps: int, guidance: float):
     return latents, generator
 
 
-def test_job_follows_the_official_loop_and_draw_order(osp_adapter):
+def test_job_follows_the_official_loop_and_draw_order(osp_adapter, sigma_max):
     cond = osp_adapter.encode_prompt("a cat")
     assert cond["prompt_embeds"].shape[1] == 512 and cond["prompt_attention_mask"].sum() < 512  # padded text
     job = _run_job(osp_adapter, cond, seed=7)
@@ -52,12 +85,13 @@ def test_job_follows_the_official_loop_and_draw_order(osp_adapter):
     assert torch.equal(job.generator.get_state(), generator.get_state())
 
 
-def test_same_seed_same_latents_and_initial_sigma(osp_adapter):
+def test_same_seed_same_latents_and_initial_sigma(osp_adapter, sigma_max):
     cond = osp_adapter.encode_prompt("a cat")
     request = VideoRequest(prompt="a cat", steps=3, seed=11, **SHAPE)
     start = DenoiseJob.start(osp_adapter, request, cond)
     unit = torch.randn(start.latents.shape, generator=torch.Generator("cpu").manual_seed(11))
-    assert torch.equal(start.latents, unit * 4096.0)
+    assert start.scheduler.init_noise_sigma == sigma_max
+    assert torch.equal(start.latents, unit * sigma_max)  # one process, the same multiply: exact
     first, again = _run_job(osp_adapter, cond, seed=11), _run_job(osp_adapter, cond, seed=11)
     assert torch.equal(first.latents, again.latents)
     assert not torch.equal(first.latents, _run_job(osp_adapter, cond, seed=12).latents)
