@@ -40,7 +40,8 @@ def test_bad_config_files(tmp_path, text, message):
 
 
 def test_generate_reads_a_config_file(demo_checkpoint, tmp_path):
-    from pipedit.cli import build_parser, engine_config
+    from pipedit.cli import build_parser
+    from pipedit.cli.flags import engine_config
 
     file = tmp_path / "c.yaml"
     file.write_text(f"model: {{path: {demo_checkpoint}}}\ngeneration: {{steps: 4, seed: 9}}\n")
@@ -52,7 +53,8 @@ def test_generate_reads_a_config_file(demo_checkpoint, tmp_path):
 
 
 def test_vae_tiling_from_file_and_flag(tmp_path):
-    from pipedit.cli import build_parser, engine_config
+    from pipedit.cli import build_parser
+    from pipedit.cli.flags import engine_config
 
     assert EngineConfig().model.vae_tiling == "auto"
     file = tmp_path / "c.yaml"

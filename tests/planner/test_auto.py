@@ -1,6 +1,5 @@
 """`decode_ranks: auto` asks the planner when no calibration measurement is cached."""
 
-import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig
 from pipedit.planner.auto import predict_decode_ranks

@@ -1,7 +1,6 @@
 """`pipedit render --endpoint`: the same file through a running server gives the same videos."""
 
 import numpy as np
-import pytest
 from render_helpers import read_manifest, write_jsonl
 
 from pipedit.cli import main

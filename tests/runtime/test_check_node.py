@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipedit.check_node import node_cases
+from pipedit.node.check import node_cases
 from pipedit.cli import main
 
 SMALL = ["--height", "64", "--width", "64", "--num-frames", "5", "--steps", "2"]

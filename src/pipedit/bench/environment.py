@@ -10,7 +10,7 @@ import re
 import torch
 
 from ..config import EngineConfig
-from ..env_report import topology, versions
+from ..node.environment import topology, versions
 
 
 def interconnect(topology_text: str, gpu_count: int) -> str:

@@ -16,7 +16,7 @@ import platform
 import time
 from dataclasses import asdict
 
-from .hardware import GpuProfile
+from .hardware import GpuProfile, profile
 
 CACHE_NAME = "planner-this-machine.json"
 
@@ -117,6 +117,11 @@ def _host_memory() -> float:
         return float(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
     except (ValueError, OSError, AttributeError):
         return 16e9
+
+
+def resolve_profile(name: str) -> GpuProfile:
+    """The profile named on the command line: a datasheet one, or "this" machine measured."""
+    return this_machine() if name == "this" else profile(name)
 
 
 def this_machine(remeasure: bool = False) -> GpuProfile:

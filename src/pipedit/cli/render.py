@@ -1,32 +1,30 @@
-"""`pipedit render PROMPTS --out-dir DIR`: the parser and the command."""
+"""`pipedit render PROMPTS --out-dir DIR`: every prompt of a file, resumable (pipedit.render)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from ..errors import UserInputError
+from .flags import add_engine_flags, engine_config, integer
 
 DEFAULT_MAX_IN_FLIGHT = 4
 
 
-def add_render_parser(sub) -> None:
-    from ..cli import _int, add_engine_flags
-
+def add_parser(sub) -> None:
     p = sub.add_parser("render", help="render every prompt of a JSONL or text file (resumable)")
     p.add_argument("prompts", help="prompts file: JSONL (one object per line) or plain text (one prompt per line)")
     p.add_argument("--out-dir", required=True, help="folder for the mp4s and manifest.jsonl")
     p.add_argument("--endpoint", help="URL of a running `pipedit serve` (default: render in this process)")
     p.add_argument("--api-key", help="Bearer key for --endpoint")
-    p.add_argument("--max-in-flight", type=_int, default=DEFAULT_MAX_IN_FLIGHT,
+    p.add_argument("--max-in-flight", type=integer, default=DEFAULT_MAX_IN_FLIGHT,
                    help=f"jobs submitted to --endpoint at once (default {DEFAULT_MAX_IN_FLIGHT})")
     add_engine_flags(p, seed_help="seed for lines that give none (default 0)")
-    p.set_defaults(run=run_render)
+    p.set_defaults(run=run)
 
 
-def run_render(args) -> int:
-    from ..cli import engine_config
-    from .batch import Batch
-    from .prompts import read_lines
+def run(args) -> int:
+    from ..render.batch import Batch
+    from ..render.prompts import read_lines
 
     prompts, out_dir = Path(args.prompts), Path(args.out_dir)
     if not prompts.is_file():
@@ -37,12 +35,12 @@ def run_render(args) -> int:
         raise UserInputError(f"--max-in-flight must be at least 1, got {args.max_in_flight}")
     config = engine_config(args)
     if args.endpoint:
-        from .remote import RemoteRunner, model_identity
+        from ..render.remote import RemoteRunner, model_identity
 
         runner = RemoteRunner(args.endpoint, args.api_key, args.max_in_flight)
         lines = read_lines(prompts, config.generation, model_identity(args.endpoint))
     else:
-        from .local import LocalRunner, model_identity, shape_validator
+        from ..render.local import LocalRunner, model_identity, shape_validator
 
         runner = LocalRunner(config)
         lines = read_lines(prompts, config.generation, model_identity(config), shape_validator(config))

@@ -1,9 +1,9 @@
-"""`pipedit check-node`: the command a user runs on a GPU node to validate it (see check_node)."""
+"""`pipedit check-node`: the command a user runs on a GPU node to validate it (pipedit.node.check)."""
 
 from __future__ import annotations
 
 
-def add_check_node_parser(sub) -> None:
+def add_parser(sub) -> None:
     p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result")
     p.add_argument("--model-path", help="checkpoint folder (default: the full-width synthetic HunyuanVideo on "
                                         "CUDA, built once into the cache; the demo model on CPU)")
@@ -15,13 +15,13 @@ def add_check_node_parser(sub) -> None:
     p.add_argument("--num-frames", type=int, default=17)
     p.add_argument("--steps", type=int, default=4)
     p.add_argument("--tolerance", type=float, help="max relative latent difference (default: 1e-4 fp32, 3e-2 bf16)")
-    p.set_defaults(run=_run_check_node)
+    p.set_defaults(run=run)
 
 
 def _config(args):
-    from .config import EngineConfig, load_config
+    from .flags import base_config
 
-    config = load_config(args.config) if args.config else EngineConfig()
+    config = base_config(args)
     config = config.with_overrides("model", path=args.model_path or _default_model(config))
     return config.with_overrides("generation", height=args.height, width=args.width, num_frames=args.num_frames,
                                  steps=args.steps)
@@ -30,13 +30,13 @@ def _config(args):
 def _default_model(config) -> str | None:
     if config.model.path or config.model.device_type() != "cuda":
         return None  # the configured model, or the embedded demo model
-    from pipedit.integrations.hunyuan_video.presets import ensure_preset
+    from ..integrations.hunyuan_video.presets import ensure_preset
 
     return str(ensure_preset("hunyuan-video-full-width"))
 
 
 def _select(cases, names: str | None):
-    from .errors import UserInputError
+    from ..errors import UserInputError
 
     if not names:
         return cases
@@ -48,14 +48,14 @@ def _select(cases, names: str | None):
     return [known[name] for name in wanted]
 
 
-def _run_check_node(args) -> int:
+def run(args) -> int:
     import torch
 
-    from .adapter import attention_heads
-    from .check_node import check_node, default_tolerance, node_cases, passed
-    from .errors import UserInputError
-    from .runtime.engine import resolve_model_path
-    from .runtime.executor import ensure_ray
+    from ..adapter import attention_heads
+    from ..node.check import check_node, default_tolerance, node_cases, passed
+    from ..errors import UserInputError
+    from ..runtime.engine import resolve_model_path
+    from ..runtime.executor import ensure_ray
 
     config = _config(args)
     ranks = args.ranks or (torch.cuda.device_count() if config.model.device_type() == "cuda" else 2)

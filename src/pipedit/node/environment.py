@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from .attention.kernel_probe import probe_attention
+from ..attention.kernel_probe import probe_attention
 
 # Distribution names, as pip knows them (torch's own version is read from the imported module).
 PACKAGES = ("diffusers", "transformers", "ray", "xformers", "flash-attn")

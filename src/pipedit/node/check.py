@@ -16,8 +16,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from .config import EngineConfig, ParallelConfig
-from .request import RequestFailure, VideoRequest
+from ..config import EngineConfig, ParallelConfig
+from ..request import RequestFailure, VideoRequest
 
 PROMPTS = ("a red fox running through fresh snow", "a lighthouse at dusk, waves breaking on rocks")
 TOLERANCE = {"float32": 1e-4, "half": 3e-2}
@@ -66,7 +66,7 @@ def _requests(config: EngineConfig) -> list[VideoRequest]:
 
 def _run(config: EngineConfig) -> tuple[dict[str, torch.Tensor], float]:
     """Final latents per prompt and seconds per denoising step (the fastest prompt: warm)."""
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     requests = _requests(config)
     prompt_of = {r.request_id: r.prompt for r in requests}

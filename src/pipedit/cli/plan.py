@@ -1,13 +1,16 @@
-"""`pipedit plan`: predict, rank and pick configurations (pipedit.planner)."""
+"""`pipedit plan`: predict, rank and pick configurations (pipedit.planner).
+
+The planner never imports the runtime: for `--gpu this --model-path DIR` this command measures the
+checkpoint with the runtime's calibration and hands the figures to the planner."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 
-def add_plan_parser(sub) -> None:
-    from .planner.hardware import GPUS, INTERCONNECTS
-    from .planner.models import MODELS
+def add_parser(sub) -> None:
+    from ..planner.hardware import GPUS, INTERCONNECTS
+    from ..planner.models import MODELS
 
     p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
                                     "VAE tiling) for a model on a node")
@@ -35,7 +38,7 @@ def add_plan_parser(sub) -> None:
 
 
 def _check(args) -> None:
-    from .errors import UserInputError
+    from ..errors import UserInputError
 
     for name in ("gpus", "height", "width", "frames", "steps", "prompts", "top"):
         if getattr(args, name) < 1:
@@ -47,7 +50,7 @@ def _check(args) -> None:
 
 
 def _model(args):
-    from .planner.models import family_of, from_checkpoint, full_size
+    from ..planner.models import family_of, from_checkpoint, full_size
 
     if not args.model_path:
         return full_size(args.model or "hunyuan-video")
@@ -58,18 +61,18 @@ def _profile(args, model, shape, steps: int):
     """The GPU profile; for `--gpu this --model-path DIR`, scaled to a measured one-rank request of
     that checkpoint at `shape` (pipedit.runtime.calibration: a rank actor, cached per shape), with
     the per-collective latency of a measured 2-rank Ulysses step (pipedit.runtime.sp_calibration)."""
-    from .planner.hardware import profile
+    from ..planner.calibrate import resolve_profile
 
-    prof = profile(args.gpu)
+    prof = resolve_profile(args.gpu)
     if args.gpu != "this" or not args.model_path:
         return prof
     import sys
 
-    from .config import EngineConfig, ModelConfig
-    from .planner.calibrate import scaled_to_model, with_step_collectives
-    from .request import VideoRequest
-    from .runtime.calibration import request_times
-    from .runtime.sp_calibration import SP_RANKS, sp_step_seconds
+    from ..config import EngineConfig, ModelConfig
+    from ..planner.calibrate import scaled_to_model, with_step_collectives
+    from ..request import VideoRequest
+    from ..runtime.calibration import request_times
+    from ..runtime.sp_calibration import SP_RANKS, sp_step_seconds
 
     config = EngineConfig(model=ModelConfig(path=args.model_path, device="cpu", dtype="float32"))
     request = VideoRequest("calibration: a red fox running through snow", height=shape.height, width=shape.width,
@@ -86,7 +89,7 @@ def _profile(args, model, shape, steps: int):
 
 
 def _node(args, prof, gpus: int):
-    from .planner.hardware import make_node, node
+    from ..planner.hardware import make_node, node
 
     interconnect = args.interconnect or ("nvlink" if prof.nvlink_bandwidth else "pcie")
     if args.gpu != "this":
@@ -95,9 +98,9 @@ def _node(args, prof, gpus: int):
 
 
 def _compare(args, model) -> int:
-    from .errors import UserInputError
-    from .planner.compare import compare, format_compared, read_cells
-    from .planner.cost import Shape
+    from ..errors import UserInputError
+    from ..planner.compare import compare, format_compared, read_cells
+    from ..planner.cost import Shape
 
     cells = read_cells(args.compare)
     if not cells:
@@ -110,7 +113,7 @@ def _compare(args, model) -> int:
 
 def _run_plan(args) -> int:
     if args.validate_paper:
-        from .planner.paper import format_rows, validate
+        from ..planner.paper import format_rows, validate
 
         print(format_rows(validate()))
         return 0
@@ -118,9 +121,9 @@ def _run_plan(args) -> int:
     model = _model(args)
     if args.compare:
         return _compare(args, model)
-    from .planner.cost import Shape
-    from .planner.report import engine_config_yaml, plan_table
-    from .planner.search import Problem, rank
+    from ..planner.cost import Shape
+    from ..planner.report import engine_config_yaml, plan_table
+    from ..planner.search import Problem, rank
 
     shape = Shape(args.height, args.width, args.frames)
     prof = _profile(args, model, shape, args.steps)
@@ -128,7 +131,7 @@ def _run_plan(args) -> int:
     fitting, too_big = rank(problem)
     print(plan_table(problem, fitting, too_big, args.top))
     if args.write:
-        from .errors import UserInputError
+        from ..errors import UserInputError
 
         if not fitting:
             raise UserInputError("no configuration fits in GPU memory: nothing to write")

@@ -9,19 +9,19 @@ import stat
 import pytest
 import torch
 
-from pipedit import env_report
+from pipedit.node import environment
 from pipedit.attention.kernel_probe import KERNELS, NEEDS_CUDA, OK, SDPA_BACKENDS
 from pipedit.cli import main
 
 
 def _documented_keys():
     # Top-level keys are the docstring lines indented by two spaces, name then two spaces.
-    return re.findall(r"^  (\w+)  ", env_report.__doc__, flags=re.MULTILINE)
+    return re.findall(r"^  (\w+)  ", environment.__doc__, flags=re.MULTILINE)
 
 
 @pytest.fixture(scope="module")
 def report():
-    return env_report.gather()
+    return environment.gather()
 
 
 def test_text_names_torch_and_the_gpus(capsys):
@@ -61,7 +61,7 @@ def test_text_lists_gpus_and_the_peer_matrix(report):
         {"index": i, "name": f"Card {i}", "total_memory_bytes": 80 * 2**30,
          "free_memory_bytes": None if i else 79 * 2**30, "compute_capability": "9.0"} for i in range(2)
     ], peer_access=[{"from": 0, "to": 1, "ok": True}, {"from": 1, "to": 0, "ok": False}])
-    text = env_report.format_text(fake)
+    text = environment.format_text(fake)
     assert "[0] Card 0: 80.0 GiB total, 79.0 GiB free, compute capability 9.0" in text
     assert "[1] Card 1: 80.0 GiB total, free unknown" in text
     rows = text.split("Peer access")[1].splitlines()
@@ -76,8 +76,8 @@ def _fake_nvidia_smi(folder, script):
 
 def test_topology_is_nvidia_smi_output_or_its_error(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert env_report.topology() == "nvidia-smi not found"
+    assert environment.topology() == "nvidia-smi not found"
     _fake_nvidia_smi(tmp_path, 'echo "GPU0 X NV18"\necho "GPU1 NV18 X"\n')
-    assert env_report.topology() == "GPU0 X NV18\nGPU1 NV18 X"
+    assert environment.topology() == "GPU0 X NV18\nGPU1 NV18 X"
     _fake_nvidia_smi(tmp_path, 'echo "NVML: driver mismatch" >&2\necho more >&2\nexit 9\n')
-    assert env_report.topology() == "nvidia-smi topo -m failed: NVML: driver mismatch"
+    assert environment.topology() == "nvidia-smi topo -m failed: NVML: driver mismatch"

@@ -1,55 +1,29 @@
-"""`pipedit serve`: the /v1/videos API on Ray Serve, until Ctrl-C."""
+"""Starting the /v1/videos server for `pipedit serve`: Ray, Serve, the health wait, and the
+optional demo request rendered through the API."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 import urllib.error
 import urllib.request
 
+from pipedit.config import EngineConfig
+
 HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
 
 
-def add_serve_parser(sub) -> None:
-    p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
-    p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
-    p.add_argument("--model-path", help="checkpoint folder (default: the config's, else the demo model)")
-    p.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, help="port (default 8000)")
-    p.add_argument("--data-dir", help="where jobs.sqlite and the videos live (default: <pipedit cache>/serve)")
-    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray instance)")
-    p.add_argument("--max-queued", type=int, help="queued jobs beyond this are refused with 429")
-    p.add_argument("--database-url", help="job store URL, e.g. postgresql+psycopg://user@host/db "
-                                          "(default: SQLite in the data folder)")
-    p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
-    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
-    p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
-    p.set_defaults(run=_run_serve)
-
-
-def _config(args):
-    from .config import EngineConfig, load_config
-
-    config = load_config(args.config) if args.config else EngineConfig()
-    config = config.with_overrides("model", path=args.model_path)
-    return config.with_overrides(
-        "serve", host=args.host, port=args.port, data_dir=args.data_dir, max_queued=args.max_queued,
-        database_url=args.database_url, num_replicas=args.num_replicas,
-        api_keys=tuple(args.api_keys) if args.api_keys else None,
-    )
-
-
-def _run_serve(args) -> int:
-    import os
-
+def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prompt: str | None) -> int:
+    """Serves `config` until Ctrl-C (exit code 0); `address` names a Ray cluster (default:
+    RAY_ADDRESS, else a local Ray instance)."""
     import ray
     from ray import serve
 
-    from pipedit.serve.deployment import APP_NAME, build_application
+    from .deployment import APP_NAME, build_application
 
-    config = _config(args)
-    ray.init(address=args.address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
+    ray.init(address=address or os.environ.get("RAY_ADDRESS"), include_dashboard=False,
              logging_level="WARNING", log_to_driver=False)
     try:
         serve.start(http_options={"host": config.serve.host, "port": config.serve.port})
@@ -57,10 +31,10 @@ def _run_serve(args) -> int:
         url = f"http://{_display_host(config.serve.host)}:{config.serve.port}"
         _wait_healthy(url)
         print(f"pipedit: serving {url} (OpenAPI at {url}/docs); Ctrl-C stops", flush=True)
-        if args.demo_prompt:
-            from pipedit.serve.service import data_dir_for
+        if demo_prompt:
+            from .service import data_dir_for
 
-            print(_render(url, args.demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
+            print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
         while True:
             time.sleep(3600)
     except KeyboardInterrupt:

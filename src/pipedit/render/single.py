@@ -8,10 +8,10 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
-from .config import EngineConfig
-from .errors import UserInputError
-from .request import RequestEvent, RequestStatus, VideoRequest
-from .video import write_mp4
+from ..config import EngineConfig
+from ..errors import UserInputError
+from ..request import RequestEvent, RequestStatus, VideoRequest
+from ..video import write_mp4
 
 
 def request_from_config(config: EngineConfig, prompt: str) -> VideoRequest:
@@ -37,7 +37,7 @@ def _show(bar: tqdm, event: RequestEvent) -> None:
 def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None) -> Path:
     _check_output(output)
     request = request_from_config(config, prompt)  # validates prompt and steps before loading anything
-    from .runtime.engine import Engine
+    from ..runtime.engine import Engine
 
     with Engine(config) as engine:
         with tqdm(total=request.steps, desc="denoising", unit="step", file=sys.stderr) as bar:

@@ -1,0 +1,35 @@
+"""`pipedit demo-checkpoint DIR`: write an offline synthetic checkpoint in a release layout."""
+
+from __future__ import annotations
+
+from ..errors import UserInputError
+
+
+def add_parser(sub) -> None:
+    from ..integrations.hunyuan_video.presets import DEFAULT_PRESET, PRESETS
+
+    p = sub.add_parser("demo-checkpoint", help="write an offline synthetic checkpoint (default: the tiny HunyuanVideo demo)")
+    p.add_argument("directory", help="folder to create (the model's release layout)")
+    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan"), default="hunyuan-video",
+                   help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/)")
+    p.add_argument("--preset", default=DEFAULT_PRESET,
+                   help="; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items()))
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..integrations.hunyuan_video.presets import DEFAULT_PRESET, write_preset
+
+    if args.model == "opensora-plan":
+        from ..integrations.opensora_plan.demo_checkpoint import write_demo_cli
+
+        if args.preset != DEFAULT_PRESET:
+            raise UserInputError("--preset applies to hunyuan-video only")
+        print(write_demo_cli(args.directory))
+        return 0
+    try:
+        path = write_preset(args.directory, args.preset)
+    except FileExistsError as error:
+        raise UserInputError(str(error)) from None
+    print(path)
+    return 0

@@ -1,0 +1,97 @@
+"""Flag groups and argument types that several commands share, and the EngineConfig they build."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def integer(text: str) -> int:
+    # Range checks belong to the request and config validation, which name what is allowed.
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got '{text}'") from None
+
+
+def pipesp_chunk(text: str) -> int | str:
+    if text in ("auto", "off"):
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, 'auto' or 'off', got '{text}'") from None
+
+
+def decode_ranks(text: str) -> int | str:
+    return text if text == "auto" else integer(text)
+
+
+def add_engine_flags(p, seed_help: str) -> None:
+    """Model, generation and parallel flags, shared by generate and render (see engine_config)."""
+    p.add_argument("--model-path", help="checkpoint folder: diffusers layout, or the official Open-Sora-Plan "
+                                        "v1.3 layout (default: the embedded demo model)")
+    add_model_flags(p)
+    p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
+    p.add_argument("--height", type=integer)
+    p.add_argument("--width", type=integer)
+    p.add_argument("--num-frames", type=integer)
+    p.add_argument("--steps", type=integer, help="denoising steps")
+    p.add_argument("--guidance-scale", type=float, help="embedded guidance scale (HunyuanVideo default 6.0)")
+    p.add_argument("--seed", type=integer, help=seed_help)
+    p.add_argument("--fps", type=integer)
+    p.add_argument("--ulysses", type=integer, help="Ulysses sequence-parallel degree")
+    p.add_argument("--ring", type=integer, help="Ring sequence-parallel degree")
+    p.add_argument("--pipesp-chunk", type=pipesp_chunk, help="heads per PipeSP chunk: N, auto or off")
+    p.add_argument("--cfg-parallel", action="store_true", default=None,
+                   help="guidance's conditional and unconditional passes on two rank groups (models with CFG)")
+    p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
+                   help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
+    add_pipeline_flags(p)
+
+
+def add_model_flags(p) -> None:
+    from ..adapter import MODEL_NAMES
+
+    p.add_argument("--model", choices=MODEL_NAMES,
+                   help="model family (default: model_index.json decides, else the official layout found)")
+    p.add_argument("--text-encoder-path",
+                   help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
+                        "(default: MODEL_PATH/text_encoder)")
+
+
+def add_pipeline_flags(p) -> None:
+    """DeDiVAE and Aco flags, shared by generate, render and bench pipeline."""
+    p.add_argument("--decode-ranks", type=decode_ranks,
+                   help="VAE decode ranks beside the denoise ranks (DeDiVAE): N, or auto (balance rule; needs --ranks)")
+    p.add_argument("--ranks", type=integer, help="total ranks (denoise + decode); with --decode-ranks auto")
+    p.add_argument("--aco", choices=("off", "on", "auto"), help="idle decode ranks compute attention heads")
+    p.add_argument("--text-encoder", choices=("auto", "dit", "vae"), help="which group holds the text encoders")
+    p.add_argument("--handoff", choices=("object_store", "p2p"), help="latent handoff from denoise to decode ranks (default p2p)")
+
+
+def base_config(args):
+    """The --config file's EngineConfig, else the defaults."""
+    from ..config import EngineConfig, load_config
+
+    return load_config(args.config) if args.config else EngineConfig()
+
+
+def engine_config(args):
+    """The EngineConfig of add_engine_flags' flags: the --config file, flags override it."""
+    config = base_config(args)
+    config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
+                                   text_encoder_path=args.text_encoder_path)
+    config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
+                                   cfg_parallel=args.cfg_parallel)
+    config = pipeline_overrides(config, args)
+    return config.with_overrides(
+        "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
+        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+    )
+
+
+def pipeline_overrides(config, args):
+    return config.with_overrides(
+        "parallel", decode_ranks=args.decode_ranks, ranks=args.ranks, aco=args.aco,
+        text_encoder=args.text_encoder, handoff=args.handoff,
+    )

@@ -1,0 +1,24 @@
+"""`pipedit generate --prompt TEXT --output FILE.mp4`: one video (pipedit.render.single)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .flags import add_engine_flags, engine_config
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("generate", help="generate one video from a prompt")
+    p.add_argument("--prompt", required=True, help="text describing the video")
+    p.add_argument("--output", required=True, help="path of the mp4 to write")
+    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
+    add_engine_flags(p, seed_help="seed of the CPU torch.Generator that draws the initial noise")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..render.single import generate_to_file
+
+    output = generate_to_file(engine_config(args), args.prompt, Path(args.output), args.save_latents)
+    print(output.resolve())
+    return 0

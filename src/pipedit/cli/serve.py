@@ -1,0 +1,37 @@
+"""`pipedit serve`: the /v1/videos API on Ray Serve until Ctrl-C (pipedit.serve.launch)."""
+
+from __future__ import annotations
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
+    p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
+    p.add_argument("--model-path", help="checkpoint folder (default: the config's, else the demo model)")
+    p.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, help="port (default 8000)")
+    p.add_argument("--data-dir", help="where jobs.sqlite and the videos live (default: <pipedit cache>/serve)")
+    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray instance)")
+    p.add_argument("--max-queued", type=int, help="queued jobs beyond this are refused with 429")
+    p.add_argument("--database-url", help="job store URL, e.g. postgresql+psycopg://user@host/db "
+                                          "(default: SQLite in the data folder)")
+    p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
+    p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
+    p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
+    p.set_defaults(run=run)
+
+
+def _config(args):
+    from .flags import base_config
+
+    config = base_config(args).with_overrides("model", path=args.model_path)
+    return config.with_overrides(
+        "serve", host=args.host, port=args.port, data_dir=args.data_dir, max_queued=args.max_queued,
+        database_url=args.database_url, num_replicas=args.num_replicas,
+        api_keys=tuple(args.api_keys) if args.api_keys else None,
+    )
+
+
+def run(args) -> int:
+    from ..serve.launch import serve_until_interrupted
+
+    return serve_until_interrupted(_config(args), args.address, args.demo_prompt)
