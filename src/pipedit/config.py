@@ -182,6 +182,10 @@ class ServeConfig:
                                  f"postgresql+psycopg://user@host:5432/pipedit, got {self.database_url!r}")
 
 
+# Operation deadlines stay below this share of group_timeout_s, whatever the measured steps.
+OP_SHARE_OF_GROUP_TIMEOUT = 0.8
+
+
 @dataclass(frozen=True)
 class ReliabilityConfig:
     """Deadlines and recovery of the rank group (see README, "Reliability")."""
@@ -201,9 +205,11 @@ class ReliabilityConfig:
                 raise UserInputError(f"reliability.{name} must be a positive number, got {value!r}")
         if not _is_int(self.retries) or self.retries < 0:
             raise UserInputError(f"reliability.retries must be an integer >= 0, got {self.retries!r}")
-        if self.op_deadline_floor_s >= self.group_timeout_s:
-            raise UserInputError(f"reliability.op_deadline_floor_s ({self.op_deadline_floor_s}) must be below "
-                                 f"group_timeout_s ({self.group_timeout_s}): deadlines must fire first")
+        cap = OP_SHARE_OF_GROUP_TIMEOUT * self.group_timeout_s
+        if self.op_deadline_floor_s > cap:
+            raise UserInputError(f"reliability.op_deadline_floor_s ({self.op_deadline_floor_s}) must be at most "
+                                 f"{OP_SHARE_OF_GROUP_TIMEOUT:g} x group_timeout_s ({cap:g}): operation deadlines "
+                                 f"must fire before the process group's own timeout (NCCL's watchdog)")
 
 
 @dataclass(frozen=True)

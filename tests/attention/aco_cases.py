@@ -20,14 +20,31 @@ def _inputs(seed):
     return video, text, mask
 
 
+def _record_posts(posts: list) -> None:
+    """Logs each batched P2P post of this rank: (op, peers sent to, peers received from, the id
+    of every tensor sent). The sent tensors are kept alive, so an id is never reused."""
+    from pipedit.distributed import p2p
+
+    original, sent = p2p.post, []
+
+    def post(sends=(), recvs=(), group=None, op="p2p"):
+        sent.extend(t for t, _ in sends)
+        posts.append((op, [peer for _, peer in sends], [peer for _, peer in recvs], [id(t) for t, _ in sends]))
+        return original(sends, recvs, group, op)
+
+    p2p.post = post
+
+
 def aco_worker(rank, world_size, denoise):
+    posts = []
+    _record_posts(posts)
     denoise_ranks, decode_ranks = list(range(denoise)), list(range(denoise, world_size))
     ctx = ParallelContext.create(denoise, 1, ranks=denoise_ranks)
     plan = plan_aco(HEADS, denoise_ranks, decode_ranks)
     if ctx is None:  # a decode rank: the helper side
         shape = AcoShape(SEQ, TEXT, DIM, torch.float32)
         serve_aco_calls(plan.served_by(rank), shape, CALLS, AttentionKernel(), torch.device("cpu"))
-        return {"helper_heads": sum(n for _, n in plan.served_by(rank))}
+        return {"helper_heads": sum(n for _, n in plan.served_by(rank)), "posts": posts}
     strategy = get_attention_strategy("aco", ctx, plan=plan, num_heads=HEADS)
     sizes = shard_sizes(SEQ, denoise)
     start, stop = shard_range(sizes, rank)
@@ -40,4 +57,4 @@ def aco_worker(rank, world_size, denoise):
         out, text = strategy(q[:, start:stop], k[:, start:stop], v[:, start:stop], shard_sizes=sizes,
                              joint_q=tq, joint_k=tk, joint_v=tv, joint_kv_mask=mask)
         errors.append(max((out - ref_out[:, start:stop]).abs().max().item(), (text - ref_text).abs().max().item()))
-    return {"max_error": max(errors), "offloads": plan.offloads[rank]}
+    return {"max_error": max(errors), "offloads": plan.offloads[rank], "posts": posts}

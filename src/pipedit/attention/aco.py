@@ -11,6 +11,11 @@ shape of call (joint, sparse self-attention, cross-attention).
 Invariant: both sides derive head counts from the same AcoPlan and buffer sizes from the header
 that precedes each request; every message between a pair of ranks is matched in issue order
 (one header, one request and one reply per pair per attention call).
+
+Hazard (NCCL): a process group's batched P2P ops run on one stream in issue order. Posting
+helper B's header after helper A's request and reply would make B wait for A's reply, i.e. for
+A's compute; so each side posts all its headers in one batch, then all requests and replies in
+one batch.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import torch
 from pipedit.attention.base import kernel_inputs, split_outputs
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.usp import UlyssesAttention
-from pipedit.distributed import p2p
+from pipedit.distributed import deadline, p2p
 from pipedit.distributed.sharding import shard_sizes
 
 
@@ -112,6 +117,16 @@ class AcoAttention(UlyssesAttention):
         self.active = False
         super().__init__(ctx, chunk_heads=chunk_heads, backend=backend, num_heads=num_heads)
         self.offloads = plan.offloads[ctx.rank]
+        # Header tensors by value, built once: building one per call from a Python list is a
+        # pageable host-to-device copy, i.e. a stream sync, on every attention call. Never
+        # written after creation (they are only sent).
+        self._headers: dict[tuple[int, ...], torch.Tensor] = {}
+
+    def _header(self, pq: torch.Tensor, pk: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        values = (pq.shape[0], pq.shape[1], pk.shape[1], int(mask is not None))
+        if values not in self._headers:
+            self._headers[values] = torch.tensor(values, dtype=torch.int64, device=pq.device)
+        return self._headers[values]
 
     @property
     def chunk_heads(self) -> int | None:
@@ -125,30 +140,30 @@ class AcoAttention(UlyssesAttention):
         if not self.active or not self.offloads:
             return super()._core(q, k, v, joint, plan, layout)
         keep = q.shape[2] - sum(n for _, n in self.offloads)
-        replies, start = [], keep
+        problems, start = [], keep  # (helper, header, request, reply, first head, heads)
         for helper, heads in self.offloads:
             part = slice(start, start + heads)
-            problem = kernel_inputs(q[:, :, part], None if k is None else k[:, :, part],
-                                    None if v is None else v[:, :, part],
-                                    None if joint is None else joint.heads(start, start + heads), layout)
-            pq, pk, pv, mask = problem
-            header = torch.tensor([pq.shape[0], pq.shape[1], pk.shape[1], int(mask is not None)],
-                                  dtype=torch.int64, device=q.device)
+            pq, pk, pv, mask = kernel_inputs(q[:, :, part], None if k is None else k[:, :, part],
+                                             None if v is None else v[:, :, part],
+                                             None if joint is None else joint.heads(start, start + heads), layout)
             request = _pack([pq, pk, pv] + ([] if mask is None else [mask.to(q.dtype)]))
             reply = q.new_empty(pq.shape[0], pq.shape[1], heads, pv.shape[3])
-            # Posted before the local heads compute, which they overlap. The header goes first,
-            # in its own message: the helper sizes the request's buffer from it.
-            sent_header = p2p.post(sends=[(header, helper)], op="Aco header send")
-            transfer = p2p.post(sends=[(request, helper)], recvs=[(reply, helper)], op="Aco heads exchange")
-            replies.append(((sent_header, transfer), reply, start, heads))
+            problems.append((helper, self._header(pq, pk, mask), request, reply, start, heads))
             start += heads
+        # Posted before the local heads compute, which they overlap. Headers first, in their own
+        # batch: a helper sizes each request's buffer from its header (see the module's hazard).
+        transfers = (
+            p2p.post(sends=[(header, helper) for helper, header, *_ in problems], op="Aco header send"),
+            p2p.post(sends=[(request, helper) for helper, _, request, *_ in problems],
+                     recvs=[(reply, helper) for helper, _, _, reply, *_ in problems], op="Aco heads exchange"),
+        )
         local_joint = None if joint is None else joint.heads(0, keep)
         local_k, local_v = (None if t is None else t[:, :, :keep] for t in (k, v))
         out, text_out = super()._core(q[:, :, :keep], local_k, local_v, local_joint, plan, layout)
         outs, text_outs = [out], [text_out]
-        for transfers, reply, first, heads in replies:
-            for transfer in transfers:
-                transfer.wait()
+        for transfer in transfers:
+            transfer.wait()
+        for _, _, _, reply, first, heads in problems:
             part_joint = None if joint is None else joint.heads(first, first + heads)
             remote, remote_text = split_outputs(reply, q.shape[1], part_joint, layout)
             outs.append(remote)
@@ -163,21 +178,18 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
     Each request is one attention-kernel problem (the denoise rank has already applied its
     joint text tokens and sparse layout), so every shape of call is served alike."""
     for _ in range(calls):
-        headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device))
-                   for src, heads in pairs]
-        header_receives = [p2p.post(recvs=[(header, src)], op="Aco header receive") for src, _, header in headers]
+        headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device)) for src, heads in pairs]
+        # Read on the host below; a late wake-up here delays the denoise ranks' attention call.
+        p2p.post(recvs=[(header, src) for src, _, header in headers],
+                 op="Aco header receive").wait(host=True, max_sleep=deadline.LATENCY_POLL_S)
         inbox = []
-        for (src, heads, header), receive in zip(headers, header_receives):
-            receive.wait(host=True)  # read on the host below
+        for src, heads, header in headers:
             shapes = _request_shapes(header.tolist(), heads, shape.head_dim)
             buffer = torch.empty(sum(int(torch.Size(s).numel()) for s in shapes), dtype=shape.dtype, device=device)
-            # One batch per source, so each request is answered as soon as it is in.
-            inbox.append((src, shapes, buffer, p2p.post(recvs=[(buffer, src)], op="Aco request receive")))
-        sends = []
-        for src, shapes, buffer, receive in inbox:
-            receive.wait()
+            inbox.append((src, shapes, buffer))
+        p2p.post(recvs=[(buffer, src) for src, _, buffer in inbox], op="Aco request receive").wait()
+        replies = []
+        for src, shapes, buffer in inbox:
             q, k, v, *mask = _unpack(buffer, shapes)
-            out = kernel(q, k, v, mask[0] > 0.5 if mask else None)
-            sends.append(p2p.post(sends=[(out.contiguous(), src)], op="Aco reply send"))
-        for send in sends:
-            send.wait()
+            replies.append((kernel(q, k, v, mask[0] > 0.5 if mask else None).contiguous(), src))
+        p2p.post(sends=replies, op="Aco reply send").wait()

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipedit.distributed import deadline
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_sizes
 
@@ -60,7 +61,9 @@ def _timed(call) -> float:
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     del out
-    return time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    deadline.settle()  # the call's device-side ops completed (synchronized): stop watching them
+    return elapsed
 
 
 def slowest_rank(samples: torch.Tensor, ctx: ParallelContext) -> torch.Tensor:

@@ -5,7 +5,9 @@ with async_op=True on the caller's stream: on gloo they run on gloo's own thread
 run on NCCL's internal stream, which first waits for the caller's current stream (so the inputs
 are ready), and work.wait() makes the caller's current stream wait for the op (so the outputs
 are ready), while the host goes on issuing compute. ProcessGroupNCCL keeps the tensors of an
-in-flight op alive for the caching allocator itself; `Pending` also holds them until wait().
+in-flight op alive for the caching allocator itself; `Pending` also holds them until wait(), and
+drops its Works there: the deadline watch keeps a CUDA event, not the Work (which would keep the
+op's buffers alive until the step ends).
 """
 
 from __future__ import annotations
@@ -46,26 +48,42 @@ class Pending(Generic[T]):
         """A handle whose wait() returns fn(self.wait())."""
         return Pending((self,), lambda: fn(self.wait()), op=self.op, peers=self.peers)
 
-    def wait(self, host: bool = False) -> T:
+    def wait(self, host: bool = False, max_sleep: float = deadline.POLL_MAX_S) -> T:
         """The result; under the operation deadline. NCCL ops only order the current stream
         (the host goes on) and are checked by deadline.settle(), unless `host` (the host needs
-        the data now: wait for the op itself, under the deadline)."""
+        the data now: wait for the op itself, under the deadline, polling at most `max_sleep`
+        apart: deadline.LATENCY_POLL_S where a late wake-up delays the critical path)."""
         if not self._waited:
             nested = [work for work in self._works if isinstance(work, Pending)]
             for work in nested:
-                work.wait(host)
+                work.wait(host, max_sleep)
             works = [work for work in self._works if not isinstance(work, Pending)]
-            on_device = any(t.is_cuda for t in self._keep_alive)
+            on_device = device_side(self._keep_alive)
             if on_device and not host:
                 for work in works:
                     work.wait()
-                deadline.watch(works, self.op, self.peers, self._posted)
+                if works and deadline.watching():
+                    deadline.watch(completion_marker(), self.op, self.peers, self._posted)
             else:
-                deadline.wait_all(works, self.op, self.peers, self._posted, poll=on_device)
+                deadline.wait_all(works, self.op, self.peers, self._posted, poll=on_device, max_sleep=max_sleep)
             self._result = self._finish()
             self._waited = True
             self._works, self._keep_alive = [], []
         return self._result  # type: ignore[return-value]
+
+
+def device_side(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether an op on these tensors runs on a device stream (NCCL), where waiting only orders
+    the caller's stream and completion is checked later through a marker."""
+    return any(t.is_cuda for t in tensors)
+
+
+def completion_marker():
+    """A CUDA event recorded on the current stream: it completes once the ops the stream was
+    just made to wait for have completed."""
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 def all_to_all_async(

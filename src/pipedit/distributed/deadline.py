@@ -6,8 +6,13 @@ On NCCL the host checks completion with work.is_completed() (a query of the op's
 never blocks) and calls work.wait() only once an op has completed, so no host thread is stuck
 inside a wait; since work.wait() there only orders the caller's stream after the op while the
 host goes on issuing kernels (PipeSP's overlap depends on it), such ops are `watch`ed and
-`settle` checks them at the end of each rank call (step, Aco serve). On gloo the host waits for
-every op anyway, with work.wait(timeout).
+`settle` checks them at the end of each rank call (step, Aco serve, timed forward). On gloo the
+host waits for every op anyway, with work.wait(timeout).
+
+Invariant (memory): what is watched is a completion marker (a CUDA event recorded on the caller's
+stream after work.wait()), never the Work: an NCCL Work holds its input and output tensors, so
+keeping Works until the step ends would keep every all-to-all and all-gather buffer of the forward
+alive (tens of GB per forward at 720p).
 
 Hazard: a timed-out op stays posted and its communicator is unusable; only destroying it (killing
 the rank processes) clears it. The executor does exactly that, then rebuilds the group.
@@ -21,8 +26,12 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 _deadline_s: float | None = None  # None: no deadline (single-process use, benches)
-_POLL_S = (0.0005, 0.01)  # first and longest sleep between polls
-_watched: list[tuple[float, list, str, tuple[int, ...]]] = []  # (posted at, works, op, peers)
+_FIRST_POLL_S = 0.0005  # first sleep between polls; it doubles up to
+POLL_MAX_S = 0.01
+# Waits on the critical path (an Aco helper waiting for the next request's header) poll at most
+# this long apart: a 10 ms sleep there would delay every attention call by ~5 ms on average.
+LATENCY_POLL_S = 0.0001
+_watched: list[tuple[float, object, str, tuple[int, ...]]] = []  # (posted at, marker, op, peers)
 _lock = threading.Lock()
 
 
@@ -44,11 +53,11 @@ def op_deadline() -> float | None:
 
 
 def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | None = None,
-             poll: bool = False) -> None:
+             poll: bool = False, max_sleep: float = POLL_MAX_S) -> None:
     """Waits for every work handle on the host, or raises OperationTimeout once the deadline
     (counted from `posted`, default now) passes. `poll`: NCCL works, whose is_completed() is a
-    non-blocking event query; otherwise (gloo, whose send/recv works only complete inside wait)
-    work.wait(timeout), which gloo honours."""
+    non-blocking event query, polled at most `max_sleep` apart; otherwise (gloo, whose send/recv
+    works only complete inside wait) work.wait(timeout), which gloo honours."""
     deadline = _deadline_s
     if deadline is None or not works:
         for work in works:
@@ -57,7 +66,8 @@ def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | Non
     give_up = (time.monotonic() if posted is None else posted) + deadline
     for work in works:
         if poll:
-            _poll(work, give_up, op, peers, deadline)
+            _poll(work.is_completed, give_up, op, peers, deadline, max_sleep)
+            work.wait()  # completed: returns at once
             continue
         try:
             work.wait(timeout=timedelta(seconds=max(give_up - time.monotonic(), 0.001)))
@@ -67,14 +77,13 @@ def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | Non
             raise CommunicationError(f"{op} with peer rank(s) {sorted(set(peers))} failed: {error}") from error
 
 
-def _poll(work, give_up: float, op: str, peers: Sequence[int], deadline: float) -> None:
-    sleep = _POLL_S[0]
-    while not work.is_completed():
+def _poll(done, give_up: float, op: str, peers: Sequence[int], deadline: float, max_sleep: float) -> None:
+    sleep = min(_FIRST_POLL_S, max_sleep)
+    while not done():
         if time.monotonic() > give_up:
             raise _timeout(op, peers, deadline)
         time.sleep(sleep)
-        sleep = min(sleep * 2, _POLL_S[1])
-    work.wait()  # completed: returns at once
+        sleep = min(sleep * 2, max_sleep)
 
 
 def _timeout(op: str, peers: Sequence[int], deadline: float) -> OperationTimeout:
@@ -82,16 +91,30 @@ def _timeout(op: str, peers: Sequence[int], deadline: float) -> OperationTimeout
                             f"the {deadline:.1f} s operation deadline (a peer died or hangs)")
 
 
-def watch(works: Sequence, op: str, peers: Sequence[int], posted: float) -> None:
-    """Device-side ops the host did not wait for: `settle` checks them later."""
-    if _deadline_s is not None and works:
+def watching() -> bool:
+    """Whether device-side ops need a completion marker (a deadline is set)."""
+    return _deadline_s is not None
+
+
+def watch(marker, op: str, peers: Sequence[int], posted: float) -> None:
+    """A device-side op the host did not wait for, by its completion `marker` (anything with a
+    non-blocking .query(), e.g. a CUDA event recorded after the op): `settle` checks it later.
+    Never pass the Work itself (see the module's memory invariant)."""
+    if _deadline_s is not None:
         with _lock:
-            _watched.append((posted, list(works), op, tuple(peers)))
+            _watched.append((posted, marker, op, tuple(peers)))
+
+
+def watched_count() -> int:
+    with _lock:
+        return len(_watched)
 
 
 def settle() -> None:
     """Raises OperationTimeout if a watched op has not completed within its deadline."""
     with _lock:
         watched, _watched[:] = list(_watched), []
-    for posted, works, op, peers in watched:
-        wait_all(works, op, peers, posted, poll=True)
+    deadline = _deadline_s
+    for posted, marker, op, peers in watched:
+        if deadline is not None:
+            _poll(marker.query, posted + deadline, op, peers, deadline, POLL_MAX_S)

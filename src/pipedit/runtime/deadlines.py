@@ -1,40 +1,58 @@
 """How long the driver and the ranks wait, derived from the step times measured so far.
 
 op_s: the per-operation deadline every rank applies to its collectives and P2P transfers,
-max(floor, factor x the slowest denoise step). call_s: how long the driver waits for one rank
-call (a step, an Aco forward, an encode) before it declares the group hung: op_s plus a floor's
-grace, so a rank's own, more precise OperationTimeout arrives first. decode_s: the same for one
-decode, from the slowest decode measured.
+max(floor, factor x the slowest denoise step), never above OP_SHARE_OF_GROUP_TIMEOUT of the process
+group's timeout (NCCL's watchdog): a hang must surface as an OperationTimeout naming the operation,
+not as a rank killed by the watchdog. call_s: how long the driver waits for one rank call (a
+step, an Aco forward, an encode) before it declares the group hung: op_s plus a floor's grace, so
+a rank's own, more precise OperationTimeout arrives first. decode_s(shape): the same for one
+decode, from the slowest decode measured, and never below DECODE_PREDICTION_MARGIN x the
+planner's prediction for that video shape on the decode rank's GPU (a first 720p decode on a
+slow GPU takes minutes: it must not be declared hung before any decode has been measured).
 """
 
 from __future__ import annotations
 
-from ..config import ReliabilityConfig
+from collections.abc import Callable
+
+from ..adapter import VideoShape
+from ..config import OP_SHARE_OF_GROUP_TIMEOUT, ReliabilityConfig
 
 _RESEND_RATIO = 1.25  # ranks are told a new op deadline only when it grew by this much
+# The planner's cost model is within ~2x of measured times where it was validated (docs/planner.md).
+DECODE_PREDICTION_MARGIN = 3.0
+
+DecodePrediction = Callable[[VideoShape], float]  # seconds for one decode of that shape
 
 
 class Deadlines:
-    def __init__(self, config: ReliabilityConfig):
+    def __init__(self, config: ReliabilityConfig, predict_decode: DecodePrediction | None = None):
         self.config = config
+        self.predict_decode = predict_decode
         self.slowest_step_s = 0.0
         self.slowest_decode_s = 0.0
         self.sent_op_s: float | None = None  # the deadline the ranks hold
+        self._predicted: dict[VideoShape, float] = {}
 
     def _bound(self, measured: float) -> float:
         return max(self.config.op_deadline_floor_s, self.config.op_deadline_factor * measured)
 
     @property
     def op_s(self) -> float:
-        return self._bound(self.slowest_step_s)
+        return min(self._bound(self.slowest_step_s), OP_SHARE_OF_GROUP_TIMEOUT * self.config.group_timeout_s)
 
     @property
     def call_s(self) -> float:
         return self.op_s + self.config.op_deadline_floor_s
 
-    @property
-    def decode_s(self) -> float:
-        return self._bound(self.slowest_decode_s) + self.config.op_deadline_floor_s
+    def decode_s(self, shape: VideoShape | None = None) -> float:
+        """The bound for one decode of `shape` (None: of any shape measured so far)."""
+        predicted = 0.0
+        if shape is not None and self.predict_decode is not None:
+            if shape not in self._predicted:
+                self._predicted[shape] = self.predict_decode(shape)
+            predicted = DECODE_PREDICTION_MARGIN * self._predicted[shape]
+        return max(self._bound(self.slowest_decode_s), predicted) + self.config.op_deadline_floor_s
 
     def observe_step(self, seconds: float) -> bool:
         """Records a step's duration; True when the ranks should be sent the new op_s."""

@@ -55,7 +55,24 @@ class Engine:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)
-        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild)
+        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild,
+                                           self._decode_prediction())
+
+    def _decode_prediction(self):
+        """The planner's decode time on the GPU that decodes (None on CPU ranks, or where the
+        checkpoint's configs are not ones the planner reads: then the configured floor applies)."""
+        gpu = self.executor.call_rank(self.layout.world_size - 1, "device_name")
+        if gpu is None:
+            return None
+        from ..planner.models import family_of, from_checkpoint
+        from .decode_prediction import decode_predictor
+
+        try:
+            return decode_predictor(from_checkpoint(self._model_path, family_of(self._model_path)), gpu)
+        except Exception:  # noqa: BLE001 - a bound, not a requirement: the floor still applies
+            _log.warning("no decode-time prediction for %s; the first decode is bounded by the floor",
+                         self._model_path, exc_info=True)
+            return None
 
     def rebuild(self) -> None:
         """Tears the rank group down (kills its processes, which also clears any stuck

@@ -100,6 +100,10 @@ class RankWorker:
             for name, module in self.adapter.components.items() if isinstance(module, torch.nn.Module)
         }
 
+    def device_name(self) -> str | None:
+        """The GPU's model name as the driver reports it ("NVIDIA H100 80GB HBM3"), None on CPU."""
+        return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
+
     def torch_threads(self) -> int:
         return torch.get_num_threads()
 

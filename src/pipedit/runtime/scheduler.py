@@ -21,7 +21,7 @@ from ..attention.aco import AcoShape
 from ..attention.autotune import pick_faster
 from ..config import ReliabilityConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
-from .deadlines import Deadlines
+from .deadlines import DecodePrediction, Deadlines
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
 
@@ -34,11 +34,13 @@ ACO_ROUNDS = 5
 
 class PipelineScheduler:
     def __init__(self, executor, layout: WorldLayout, aco: str = "auto",
-                 reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None):
-        """rebuild: tears the rank group down and starts a new one (sets self.executor)."""
+                 reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None,
+                 predict_decode: DecodePrediction | None = None):
+        """rebuild: tears the rank group down and starts a new one (sets self.executor).
+        predict_decode: the planner's seconds for one decode of a shape on the decode GPUs."""
         self.executor = executor
         self.rebuild = rebuild
-        self.deadlines = Deadlines(reliability)
+        self.deadlines = Deadlines(reliability, predict_decode)
         self.layout = layout
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
@@ -162,7 +164,7 @@ class _Run:
         self.emit(RequestEvent(request.request_id, RequestStatus.DECODING))
         if not self.layout.decode:
             start = time.perf_counter()
-            result = self.ex.call("finish", timeout=self.deadlines.decode_s)[0]
+            result = self.ex.call("finish", timeout=self.deadlines.decode_s(request.shape))[0]
             timings["decode_s"] = time.perf_counter() - start
             return self._done(request, result, timings, started)
         while not self.free:
@@ -182,7 +184,7 @@ class _Run:
         while self.in_flight:
             overdue = self._overdue()
             if block and not overdue:
-                first_due = min(d.handed for d in self.in_flight.values()) + self.deadlines.decode_s
+                first_due = min(d.handed + self.deadlines.decode_s(d.request.shape) for d in self.in_flight.values())
                 ref = self.ex.wait_one(list(self.in_flight), timeout=max(0.0, first_due - time.perf_counter()))
                 ready = [ref] if ref is not None else []
                 overdue = [] if ready else self._overdue()
@@ -200,7 +202,7 @@ class _Run:
 
     def _overdue(self) -> list:
         now = time.perf_counter()
-        return [ref for ref, d in self.in_flight.items() if now - d.handed > self.deadlines.decode_s]
+        return [ref for ref, d in self.in_flight.items() if now - d.handed > self.deadlines.decode_s(d.request.shape)]
 
     def _collected(self, ref) -> Iterator[Outcome]:
         decoding = self.in_flight.pop(ref)
@@ -219,7 +221,8 @@ class _Run:
     def _hung_decode(self, ref) -> Iterator[Outcome]:
         decoding = self.in_flight.pop(ref)
         error = RankGroupError(f"decode rank {decoding.rank} did not finish decode within "
-                               f"{self.deadlines.decode_s:.1f} s (hung); the rank group is rebuilt", decoding.rank)
+                               f"{self.deadlines.decode_s(decoding.request.shape):.1f} s (hung); the rank group is "
+                               f"rebuilt", decoding.rank)
         outcome = self._failed(decoding.request, "decode", error)
         if outcome is not None:
             yield outcome
