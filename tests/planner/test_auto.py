@@ -36,7 +36,19 @@ def test_auto_uses_the_planner_without_a_measurement(demo_checkpoint, tmp_path, 
     assert "using the planner's prediction" in capsys.readouterr().err
 
 
-def test_a_cached_measurement_wins_and_unknown_gpus_measure(demo_checkpoint, tmp_path, monkeypatch):
+def test_gpus_without_a_profile_use_the_generic_one_instead_of_measuring(demo_checkpoint, tmp_path, monkeypatch,
+                                                                         capsys):
+    """Measuring would run a whole request on one GPU holding every model part (OOM at 544p)."""
+    monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
+    monkeypatch.setattr(calibration, "gpu_model_name", lambda: "NVIDIA A100-SXM4-80GB")
+    monkeypatch.setattr(calibration, "measure_request_times", _no_measurement)
+    resolved = calibration.resolve_parallel(_config(demo_checkpoint), str(demo_checkpoint), heads=4)
+    expected = predict_decode_ranks(str(demo_checkpoint), "hunyuan-video", "NVIDIA RTX A6000", 8, 544, 960, 65, 30)
+    assert resolved.decode_ranks == expected.decode_ranks >= 1
+    assert "a6000 (generic: no profile for NVIDIA A100-SXM4-80GB) profile" in capsys.readouterr().err
+
+
+def test_a_cached_measurement_wins(demo_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
     calls = []
 
@@ -46,15 +58,13 @@ def test_a_cached_measurement_wins_and_unknown_gpus_measure(demo_checkpoint, tmp
 
     monkeypatch.setattr(calibration, "measure_request_times", measured)
     config = _config(demo_checkpoint)
-    monkeypatch.setattr(calibration, "gpu_model_name", lambda: "Tesla T4")
-    assert calibration.resolve_parallel(config, str(demo_checkpoint), heads=4).decode_ranks == 2  # balance rule
-    assert len(calls) == 1
     monkeypatch.setattr(calibration, "gpu_model_name", lambda: "NVIDIA H100 80GB HBM3")
     g = config.generation
     request = calibration.VideoRequest("x", height=g.height, width=g.width, num_frames=g.num_frames, steps=g.steps)
     calibration.request_times(config, str(demo_checkpoint), request)  # an H100 measurement, cached
+    assert len(calls) == 1
     monkeypatch.setattr(calibration, "measure_request_times", _no_measurement)
-    assert calibration.resolve_parallel(config, str(demo_checkpoint), heads=4).decode_ranks == 2
+    assert calibration.resolve_parallel(config, str(demo_checkpoint), heads=4).decode_ranks == 2  # balance rule
 
 
 def test_cpu_never_asks_the_planner(demo_checkpoint):

@@ -24,6 +24,20 @@ def test_check_node_passes_on_cpu_ranks(ray_session, demo_checkpoint, capsys):
     assert "ulysses 2" in out and "dedivae 1+1 aco" in out and "2 passed, 0 failed" in out
 
 
+def test_the_reference_runs_in_its_own_rank_process(ray_session, demo_checkpoint):
+    """Never in the driver: on a GPU node it would hold a whole model on cuda:0."""
+    import os
+
+    from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
+    from pipedit.node.check import PROMPTS, run_reference
+
+    config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)),
+                          generation=GenerationDefaults(height=64, width=64, num_frames=5, steps=1))
+    latents, step_s, pid = run_reference(config)
+    assert pid != os.getpid()
+    assert sorted(latents) == sorted(PROMPTS) and step_s > 0
+
+
 @pytest.mark.slow
 def test_check_node_reports_a_mismatch(ray_session, demo_checkpoint, capsys):
     # Ring attention merges partial softmaxes in another order: ~1e-7 apart, so a zero tolerance fails.

@@ -2,7 +2,9 @@
 
 Every request's latents and frames must equal the single-device run. The decode rank runs the
 same VAE on the same latents, and Aco moves heads between ranks without changing their math, so
-differences come only from thread-count-dependent float reordering in CPU kernels: 1e-4.
+differences come only from thread-count-dependent float reordering in CPU kernels: 1e-4. Frames
+from a rank actor travel as 8-bit levels (pipedit.request.VideoResult), so they are within half a
+level of the in-process frames, plus that reordering.
 """
 
 import pytest
@@ -13,6 +15,7 @@ from pipedit.runtime.engine import Engine
 
 PROMPTS = ["a red fox in snow", "a lighthouse at dusk", "rain on a window", "a paper boat on a river"]
 TOLERANCE = 1e-4
+FRAME_TOLERANCE = 0.5 / 255 + TOLERANCE
 
 
 def _requests():
@@ -41,7 +44,7 @@ def _assert_equal_to_reference(outcomes, requests, reference):
     for prompt, result in got.items():
         assert not isinstance(result, RequestFailure), result.message
         assert (result.latents - expected[prompt].latents).abs().max().item() <= TOLERANCE
-        assert (result.frames - expected[prompt].frames).abs().max().item() <= TOLERANCE
+        assert (result.frames - expected[prompt].frames).abs().max().item() <= FRAME_TOLERANCE
 
 
 @pytest.mark.parametrize("ulysses", [1, 2], ids=["denoise1-decode1", "denoise2-decode1"])
@@ -64,6 +67,9 @@ def test_object_store_handoff_and_text_encoder_with_the_dit(ray_session, demo_ch
     with Engine(_config(demo_checkpoint, decode_ranks=1, handoff="object_store", text_encoder="dit", aco="off")) as engine:
         requests = _requests()
         _assert_equal_to_reference(list(engine.generate_many(requests)), requests, reference)
+        # Every call was collected: no `finish` ref (rank 0's latents, here in the object store)
+        # stays pinned in the executor's bookkeeping after its decode.
+        assert sorted(method for _, method in engine.executor._calls.values()) == []
         assert "text_encoder" in engine.executor.call_rank(0, "loaded_parameters")
 
 

@@ -1,6 +1,7 @@
 """Delete cancels queued and running jobs; a restart keeps finished videos and runs what was left."""
 
 import json
+import time
 import urllib.request
 
 from serve_helpers import SMALL, call, start, wait_for, wait_status
@@ -53,7 +54,18 @@ def test_restart_serves_finished_videos_and_completes_a_job_left_queued(demo_che
         second.close()
 
 
-def test_events_stream_increasing_progress_until_completed(server):
+def test_events_stream_increasing_progress_until_completed(server, monkeypatch):
+    """The stream samples the job row; the demo model's steps are a few ms, so each step is slowed
+    to 0.2 s (the engine runs in this process) for the samples to catch denoising on a busy machine."""
+    from pipedit.runtime.denoise import DenoiseJob
+
+    step = DenoiseJob.step
+
+    def slow_step(self, *args, **kwargs):
+        time.sleep(0.2)
+        return step(self, *args, **kwargs)
+
+    monkeypatch.setattr(DenoiseJob, "step", slow_step)
     video_id = _create(server.url, "a lighthouse at dusk", num_inference_steps=12)
     request = urllib.request.Request(f"{server.url}/v1/videos/{video_id}/events")
     seen = []

@@ -79,6 +79,32 @@ def _run(config: EngineConfig) -> tuple[dict[str, torch.Tensor], float]:
     return {prompt_of[o.request_id]: o.latents for o in outcomes}, min(steps)
 
 
+class ReferenceRank:
+    """The one-rank reference in its own rank process (a Ray actor with one GPU on GPU nodes):
+    the driver must hold no model (a reference on cuda:0 in the driver would leave ~43 GB of a
+    13B model there, where the next configuration's rank 0 needs the whole GPU). Killing the actor
+    frees everything it loaded."""
+
+    def run(self, config: EngineConfig) -> tuple[dict[str, torch.Tensor], float, int]:
+        import os
+
+        latents, step_s = _run(config)
+        return latents, step_s, os.getpid()
+
+
+def run_reference(config: EngineConfig) -> tuple[dict[str, torch.Tensor], float, int]:
+    """(final latents per prompt, seconds per step, the pid that ran them) of the one-rank run."""
+    import ray
+
+    use_gpu = config.model.device_type() == "cuda"
+    actor = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0)(ReferenceRank).options(
+        runtime_env={"env_vars": {"TOKENIZERS_PARALLELISM": "false"}}).remote()
+    try:
+        return ray.get(actor.run.remote(config))
+    finally:
+        ray.kill(actor)
+
+
 def _relative_error(got: dict, reference: dict) -> float:
     return max(((got[p] - ref).abs().max() / ref.abs().max().clamp_min(1e-12)).item() for p, ref in reference.items())
 
@@ -92,7 +118,7 @@ def check_node(config: EngineConfig, cases: list[Case], tolerance: float, report
     """Runs the reference, then every case; reports a line per case as it finishes."""
     single = replace(config, parallel=ParallelConfig(pipesp_chunk="off"))
     start = time.perf_counter()
-    reference, reference_step = _run(single)
+    reference, reference_step, _ = run_reference(single)
     report(f"reference: 1 rank, {reference_step * 1e3:.1f} ms/step ({time.perf_counter() - start:.0f} s)")
     outcomes = []
     for case in cases:

@@ -13,6 +13,12 @@ from .search import Problem, rank
 
 # Consecutive prompts the choice optimises for: the paper's protocol (DeDiVAE pays off in queues).
 AUTO_PROMPTS = 10
+# GPUs without a datasheet profile (an A100, an L40S) are planned with the A6000's, the slowest
+# profile (Ampere, as the A100): the decode-rank count follows the ratio of decode to denoise time,
+# which the profiles' efficiency factors set more than their peak rates. Measuring instead would
+# run a whole request of the configured shape on one GPU holding every model part (DiT, both text
+# encoders, VAE): out of memory at 544p on 80 GB.
+GENERIC_PROFILE = "a6000"
 
 
 @dataclass(frozen=True)
@@ -24,10 +30,12 @@ class AutoChoice:
 
 def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int, height: int, width: int,
                          frames: int, steps: int) -> AutoChoice | None:
-    """None when the GPU has no profile (then the caller measures)."""
-    key = profile_for_gpu_name(gpu_name)
-    if key is None or ranks < 2:
+    """None with fewer than 2 ranks or when no configuration with decode ranks fits."""
+    if ranks < 2:
         return None
+    key = profile_for_gpu_name(gpu_name)
+    label = key or f"{GENERIC_PROFILE} (generic: no profile for {gpu_name})"
+    key = key or GENERIC_PROFILE
     problem = Problem(from_checkpoint(model_path, family), node(key, ranks, "nvlink" if key in ("h100", "h200")
                       else "pcie"), Shape(height, width, frames), steps, AUTO_PROMPTS)
     fitting, _ = rank(problem)
@@ -35,4 +43,4 @@ def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int
     if not with_decode:
         return None
     best = with_decode[0]
-    return AutoChoice(best.candidate.decode_ranks, best.batch_s, key)
+    return AutoChoice(best.candidate.decode_ranks, best.batch_s, label)

@@ -101,8 +101,9 @@ def cached_request_times(config: EngineConfig, model_path: str, request: VideoRe
 
 
 def planned_decode_ranks(config: EngineConfig, model_path: str) -> int | None:
-    """The planner's decode-rank count for this node's GPUs, None off CUDA or for GPUs it has no
-    profile of. The planner predicts from the checkpoint's configs; nothing is loaded."""
+    """The planner's decode-rank count for this node's GPUs (GPUs without a profile: the generic
+    one, see planner.auto), None off CUDA. The planner predicts from the checkpoint's configs;
+    nothing is loaded."""
     if config.model.device_type() != "cuda":
         return None
     from ..planner.auto import AUTO_PROMPTS, predict_decode_ranks
@@ -122,7 +123,7 @@ def planned_decode_ranks(config: EngineConfig, model_path: str) -> int | None:
 def resolve_parallel(config: EngineConfig, model_path: str, heads: int) -> ParallelConfig:
     """`decode_ranks: auto` -> a concrete split of `ranks` into denoise and decode ranks: the
     balance rule on a cached calibration measurement; without one, the planner's prediction on
-    GPUs it has a profile of; otherwise a calibration run (then cached)."""
+    CUDA; on CPU ranks a calibration run (then cached)."""
     parallel = config.parallel
     if parallel.decode_ranks != "auto":
         return parallel

@@ -14,13 +14,12 @@ from typing import Any
 
 from .. import faults
 from ..config import EngineConfig
-from ..distributed.deadline import CommunicationError
 from ..distributed.devices import check_distinct_gpus
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
 from .layout import WorldLayout
 from .rank import CPU_THREADS_ENV, cpu_threads_per_rank
-from .rank_failure import RankGroupError
+from .rank_failure import RankGroupError, leaves_group_intact
 from .worker import DenoiseWorker
 
 _once_dir: str | None = None  # `once` fault markers, shared by every rank group this process starts
@@ -119,17 +118,16 @@ class RayExecutor:
                 raise error.cause from None
             cause = error.cause if error.cause is not None else error
             self._calls.pop(ref, None)
-            # A decode that raised outside any transfer leaves its rank and every peer intact.
-            intact = method == "decode" and not isinstance(cause, CommunicationError)
             raise RankGroupError(f"rank {rank}{role} failed in {method}: {type(cause).__name__}: {cause}",
-                                 rank, rebuild=not intact) from cause
+                                 rank, rebuild=not leaves_group_intact(method, cause)) from cause
         except ray.exceptions.RayActorError as error:
             self._calls.pop(ref, None)
             raise RankGroupError(f"rank {rank}{role} died during {method} (its process exited: "
                                  f"{type(error).__name__})", rank) from error
 
     def _track(self, ref, rank: int, method: str):
-        if len(self._calls) > 10_000:  # refs nobody waits for (p2p finish): forget the oldest
+        if len(self._calls) > 10_000:  # a safety valve: every call is collected (the scheduler gets
+            # the finish calls with their decode), but a ref left behind must not grow this forever
             for stale in list(self._calls)[:5_000]:
                 del self._calls[stale]
         self._calls[ref] = (rank, method)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import resource
@@ -32,6 +33,7 @@ class RankWorker:
         self.device = resolve_rank_device(config.model.device)  # indexed on CUDA (cuda:N)
         self.adapter = None
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
+        self._stream_for_encoding = None  # CUDA only, made at the first encode
         faults.set_rank(rank)
         if layout.world_size > 1:
             deadline.set_op_deadline(config.reliability.op_deadline_floor_s)
@@ -91,7 +93,21 @@ class RankWorker:
         self.adapter.validate(request.shape, request.steps)
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
-        return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
+        with self._encode_stream():
+            return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
+
+    def _encode_stream(self):
+        """Encoding's own CUDA stream. On a decode rank the next request's prompt is encoded in a
+        second actor thread while a decode runs; on the decode's (default) stream its kernels would
+        queue behind the VAE's, which is the wait DeDiVAE exists to remove. `.cpu()` on the results
+        synchronizes this stream only."""
+        if self.device.type != "cuda":
+            return contextlib.nullcontext()
+        if self._stream_for_encoding is None:
+            self._stream_for_encoding = torch.cuda.Stream(self.device)
+            # Once: the text encoders' weights were written on the default stream.
+            self._stream_for_encoding.wait_stream(torch.cuda.default_stream(self.device))
+        return torch.cuda.stream(self._stream_for_encoding)
 
     def loaded_parameters(self) -> dict[str, int]:
         """Parameter count of every loaded model component (what this rank holds in memory)."""

@@ -3,9 +3,28 @@ to a request's own bad input. After one the group's state is unknown (a peer may
 collective), so the engine tears the group down and rebuilds it, unless `rebuild` is False: a
 decode rank that raised outside any communication (e.g. out of memory in the VAE) is intact."""
 
+import torch
+
+from ..distributed.deadline import CommunicationError
+
 
 class RankGroupError(RuntimeError):
     def __init__(self, message: str, rank: int | None = None, rebuild: bool = True):
         super().__init__(message)
         self.rank = rank
         self.rebuild = rebuild
+
+
+def leaves_group_intact(method: str, cause: BaseException) -> bool:
+    """Whether a rank call that raised `cause` leaves its rank and every peer usable: only a
+    decode that failed outside any transfer, and not with a CUDA error. Hazard: a CUDA error other
+    than out-of-memory (an illegal address, a device-side assert) is sticky: every later kernel on
+    that device fails, so the rank must be replaced."""
+    return method == "decode" and not isinstance(cause, CommunicationError) and not _cuda_fault(cause)
+
+
+def _cuda_fault(cause: BaseException) -> bool:
+    if isinstance(cause, torch.cuda.OutOfMemoryError):
+        return False
+    accelerator_error = getattr(torch, "AcceleratorError", None)  # torch >= 2.8 raises it for CUDA errors
+    return (accelerator_error is not None and isinstance(cause, accelerator_error)) or "CUDA error" in str(cause)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Callable, Iterable, Iterator
 
 from ..attention.aco import AcoShape
@@ -80,6 +80,9 @@ class _Decoding:
     started: float  # when the request began (encode)
     handed: float  # when its latents were handed off
     timings: dict
+    # The denoise ranks' `finish` calls: collected with the decode, so that no result ref (rank 0's
+    # latents, with the object-store handoff) stays pinned in the executor's bookkeeping.
+    finish: list = field(default_factory=list)
 
 
 class _Run:
@@ -172,10 +175,10 @@ class _Run:
             yield from self._collect(block=True, first_only=True)
         self._check_group()
         rank = self.free.popleft()
-        handed = self.ex.submit("finish", rank)[0]
-        latents = handed if self.layout.handoff == "object_store" else None
+        finish = self.ex.submit("finish", rank)
+        latents = finish[0] if self.layout.handoff == "object_store" else None
         ref = self.ex.submit_rank(rank, "decode", request, latents)
-        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings)
+        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings, finish)
         if not self.pipelined:
             yield from self._collect(block=True)
         return None
@@ -209,6 +212,7 @@ class _Run:
         self.free.append(decoding.rank)
         try:
             result = self.ex.get(ref)
+            self.ex.get(decoding.finish)  # done long ago (the decode had its latents)
             self._check_cancelled(decoding.request)  # a cancelled decode is discarded
             decoding.timings["decode_s"] = time.perf_counter() - decoding.handed
             self.deadlines.observe_decode(decoding.timings["decode_s"])
