@@ -13,11 +13,11 @@ import sys
 
 from ..errors import UserInputError
 from ..logs import quiet_libraries
-from . import bench, check_node, demo_checkpoint, env, generate, plan, render, serve
+from . import bench, check_node, demo_checkpoint, dry_run, env, generate, plan, render, serve
 
 EXIT_USER_ERROR = 2
 # In the order `pipedit --help` lists them.
-COMMANDS = (generate, demo_checkpoint, serve, bench, check_node, env, render, plan)
+COMMANDS = (generate, demo_checkpoint, serve, bench, check_node, env, render, plan, dry_run)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,38 @@
+"""`pipedit dry-run`: every rank of a config at the real model size on fake tensors (pipedit.dryrun):
+peak memory per rank against the GPU and the planner, collective sequences per process group."""
+
+from __future__ import annotations
+
+import json
+
+
+def add_parser(sub) -> None:
+    from ..adapter import MODEL_NAMES
+    from ..planner.hardware import PROFILES
+
+    p = sub.add_parser("dry-run", help="run every rank of a config at full model size on fake tensors (no GPU, no "
+                                       "weights): memory per rank vs the GPU and the planner, collective matching")
+    p.add_argument("--config", required=True, help="engine config YAML (e.g. configs/hunyuan-8gpu.yaml)")
+    p.add_argument("--model", choices=MODEL_NAMES, help="model family (default: the config's, else hunyuan-video)")
+    p.add_argument("--model-path", help="read the model's configs (config.json only, no weights) from this checkpoint "
+                                        "folder instead of the released configs")
+    p.add_argument("--height", type=int, help="video height (default: the config's generation.height)")
+    p.add_argument("--width", type=int, help="video width (default: the config's)")
+    p.add_argument("--frames", type=int, help="video frames (default: the config's)")
+    p.add_argument("--steps", type=int, default=2, help="denoising steps to run (memory repeats per step)")
+    p.add_argument("--gpu", choices=sorted(PROFILES), default="h100", help="GPU profile: capacity and tiling decisions")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from ..config import load_config
+    from ..dryrun import dry_run
+    from ..dryrun.report import table
+    from ..dryrun.world import resolve
+
+    world = resolve(load_config(args.config), model=args.model, model_path=args.model_path, height=args.height,
+                    width=args.width, frames=args.frames, steps=args.steps, gpu=args.gpu)
+    report = dry_run(world)
+    print(json.dumps(report) if args.json else table(report))
+    return 0 if report["ok"] else 1

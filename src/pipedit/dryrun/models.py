@@ -1,0 +1,126 @@
+"""Model components built from their configs as fake tensors: nothing is read but config.json.
+
+`fake_loading()` replaces the loaders the adapters call (HunyuanVideo: pipedit.components'
+load_component; OpenSoraPlan: its transformer, WFVAE and mT5 loaders) inside the dry run: each
+module is built on the meta device from its config, then every parameter and buffer becomes a
+fake tensor of the requested dtype (fakeworld.materialize). Tokenizers become `StubTokenizer`:
+every prompt fills max_length tokens, all valid (the longest text the DiT can see, as the
+planner assumes). Schedulers are real (small, config only).
+
+`released_checkpoint(model, folder)` writes the released models' configs (no weights) in the
+layout the adapters read, for when no --model-path is given.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from .fakeworld import materialize
+
+
+class _Tokens(dict):
+    __getattr__ = dict.__getitem__
+
+
+class StubTokenizer:
+    """Answers like a Hugging Face tokenizer: max_length ids, every token valid. The mask is a
+    real tensor (host data the adapters read values of, e.g. the valid text length)."""
+
+    def __init__(self, max_length: int = 512) -> None:
+        self.model_max_length = max_length
+
+    def __call__(self, texts, max_length=None, **_) -> _Tokens:
+        length = max_length or self.model_max_length
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            ids = torch.zeros((len(texts), length), dtype=torch.long)
+            mask = torch.ones((len(texts), length), dtype=torch.long)
+        return _Tokens(input_ids=ids, attention_mask=mask)
+
+
+@contextlib.contextmanager
+def _meta() -> Iterator[None]:
+    """Real meta tensors (shapes only, outside the fake mode: faster, never counted)."""
+    with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.device("meta"):
+        yield
+
+
+def build_fake(module_class, config, dtype: torch.dtype | None) -> torch.nn.Module:
+    """A module of `module_class` from its config (a diffusers dict or a transformers config)."""
+    with _meta():
+        if isinstance(config, dict):
+            module = module_class.from_config(config)
+        else:
+            module = module_class(config)
+    return materialize(module, dtype).requires_grad_(False)
+
+
+def _load_component(root, index, name, *, dtype=None, device=None):
+    library, class_name = index[name]
+    folder = Path(root) / name
+    component_class = getattr(importlib.import_module(library), class_name)
+    if name.startswith("tokenizer"):
+        return StubTokenizer()
+    if name.startswith("scheduler"):  # host data: sigma tables whose values it reads (.item())
+        with torch._subclasses.fake_tensor.unset_fake_temporarily():
+            return component_class.from_pretrained(folder)
+    if library == "transformers":
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(folder)
+        if hasattr(config, "text_config") and "CLIPText" in class_name:
+            config = config.text_config
+        return build_fake(component_class, config, dtype or getattr(config, "dtype", None))
+    return build_fake(component_class, component_class.load_config(folder), dtype)
+
+
+def _osp_transformer(folder, dtype=None, device="cpu"):
+    from pipedit.integrations.opensora_plan.checkpoint import read_json
+    from pipedit.integrations.opensora_plan.transformer import OpenSoraPlanTransformer, TransformerConfig
+
+    config = TransformerConfig.from_dict(read_json(Path(folder) / "config.json"))
+    with _meta():
+        module = OpenSoraPlanTransformer(config)
+    return materialize(module, dtype or torch.float32).requires_grad_(False)
+
+
+def _osp_vae(folder, dtype=None, device="cpu", with_encoder=True):
+    from pipedit.integrations.opensora_plan.checkpoint import read_json
+    from pipedit.integrations.opensora_plan.wfvae import WFVAE, WFVAEConfig
+
+    config = WFVAEConfig.from_dict(read_json(Path(folder) / "config.json"))
+    with _meta():
+        module = WFVAE(config, with_encoder)
+    return materialize(module, dtype or torch.float32).requires_grad_(False)
+
+
+def _osp_text_encoder(folder, dtype, device):
+    from transformers import AutoConfig, MT5EncoderModel
+
+    config = AutoConfig.from_pretrained(folder)
+    return StubTokenizer(), build_fake(MT5EncoderModel, config, dtype)
+
+
+@contextlib.contextmanager
+def fake_loading() -> Iterator[None]:
+    """Every adapter loader builds fake modules from configs while this is active."""
+    from pipedit.integrations.hunyuan_video import adapter as hunyuan
+    from pipedit.integrations.opensora_plan import adapter as osp
+    from pipedit.integrations.opensora_plan import transformer as osp_transformer
+    from pipedit.integrations.opensora_plan import wfvae
+
+    patches = [(hunyuan, "load_component", _load_component), (osp, "load_text_encoder", _osp_text_encoder),
+               (osp_transformer, "load_transformer", _osp_transformer), (wfvae, "load_wfvae", _osp_vae)]
+    saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
+    for module, name, replacement in patches:
+        setattr(module, name, replacement)
+    try:
+        yield
+    finally:
+        for module, name, original in saved:
+            setattr(module, name, original)

@@ -1,0 +1,206 @@
+"""Runs every rank of a layout, one after another in this process, through the engine's own
+worker code (DenoiseWorker, DecodeWorker) on fake tensors, as the scheduler drives them for a
+queue of requests:
+
+  text rank      encode_prompt (HunyuanVideo: the first decode rank; OpenSoraPlan: rank 0)
+  denoise ranks  setup, begin, `steps` steps (with Aco helpers: every other step, starting with
+                 the first, hands heads to the helpers), then rank 0 hands the latents to every
+                 decode rank in turn (one request each: what a queue makes them do), or decodes
+                 them itself without decode ranks
+  decode ranks   setup, one aco_serve per Aco step, one decode (its latents from rank 0)
+
+Values another rank would have sent through Ray (the prompt condition, the Aco shape) are
+fresh fake tensors of the right shapes on the receiving rank, made from a probe: a text-only
+adapter encodes the prompt once before the ranks run.
+
+Seams (all inside the dry run): the worker's process-group start is the fake group's; the
+adapter's prepare_condition runs on host data (it reads the valid text length: a value, which
+fake tensors do not have), and so do the scheduler's construction and steps (sigma tables read
+with .item(), the step index found with nonzero()): their arithmetic on the fake latents stays
+fake, an ancestral step's noise is a real host tensor (latent-sized, not counted); HunyuanVideo's tiling decision sees the GPU profile's capacity minus
+what the rank holds (the decode's CUDA path), not the CPU's "never tile".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import gc
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch._subclasses.fake_tensor import unset_fake_temporarily
+
+from ..adapter import load_adapter
+from ..config import EngineConfig
+from ..request import VideoRequest
+from ..runtime.layout import WorldLayout
+from .fakeworld import device_path, fake_tensors, rank_group, remembered_values
+from .memory import StorageCounter
+from .models import fake_loading
+from .recorder import Recorder
+
+
+@dataclass
+class RankResult:
+    rank: int
+    role: str  # "denoise" or "decode"
+    cfg_group: int | None  # guidance branch (CFG parallel), else None
+    helper: bool  # serves Aco heads
+    holds: list[str]  # model parts
+    peak_bytes: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+    tiled: bool | None = None  # the VAE decode's tiling decision, where this rank decoded
+
+
+class _Tiling:
+    """HunyuanVideo's decode decides tiling from the free CUDA memory; the dry run answers with
+    the profile's capacity minus what the rank holds, and remembers the decision."""
+
+    def __init__(self, capacity: float) -> None:
+        self.capacity = capacity
+        self.counter: StorageCounter | None = None
+        self.decided: bool | None = None
+
+    @contextlib.contextmanager
+    def patched(self) -> Iterator[None]:
+        from pipedit.integrations.hunyuan_video import adapter as hunyuan
+
+        should_tile, free = hunyuan.should_tile, hunyuan.free_device_bytes
+
+        def decide(mode, device, predicted, free_bytes):
+            self.decided = should_tile(mode, "cuda", predicted, free_bytes)
+            return self.decided
+
+        hunyuan.should_tile = decide
+        hunyuan.free_device_bytes = lambda device: int(self.capacity - (self.counter.live_bytes() if self.counter else 0))
+        try:
+            yield
+        finally:
+            hunyuan.should_tile, hunyuan.free_device_bytes = should_tile, free
+
+
+def _on_host(fn):
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with unset_fake_temporarily():
+            return fn(*args, **kwargs)
+    return call
+
+
+def _host_scheduler(make):
+    """Schedulers read their tables' values (.item(), nonzero() for the step index): they are
+    built and stepped on host data; their arithmetic on the fake latents stays fake."""
+    def call(*args, **kwargs):
+        scheduler, timesteps = _on_host(make)(*args, **kwargs)
+        if hasattr(scheduler, "set_begin_index"):  # the job starts at step 0; the index from the
+            scheduler.set_begin_index(0)  # (fake) timestep would need its value (nonzero)
+        for name in ("step", "scale_model_input"):
+            if hasattr(scheduler, name):
+                setattr(scheduler, name, _on_host(getattr(scheduler, name)))
+        return scheduler, timesteps
+    return call
+
+
+def _received(cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """What a rank gets through Ray: new tensors of the same shapes (masks as real host data)."""
+    out = {}
+    for key, value in cond.items():
+        if "mask" in key:
+            with unset_fake_temporarily():
+                out[key] = torch.ones(value.shape, dtype=value.dtype)
+        else:
+            out[key] = torch.empty(value.shape, dtype=value.dtype)
+    return out
+
+
+def _weights(adapter) -> list[torch.Tensor]:
+    found = []
+    for module in adapter.components.values():
+        if isinstance(module, torch.nn.Module):
+            found += list(module.parameters()) + list(module.buffers())
+    return found
+
+
+class WorldRun:
+    def __init__(self, config: EngineConfig, layout: WorldLayout, model_path: str, request: VideoRequest,
+                 capacity: float) -> None:
+        self.config, self.layout, self.model_path, self.request = config, layout, model_path, request
+        self.recorder = Recorder()
+        self.tiling = _Tiling(capacity)
+        self.aco_steps = [i for i in range(request.steps) if layout.aco and i % 2 == 0]
+        self.cond: dict[str, torch.Tensor] = {}
+        self.aco_shape = None
+        self.aco_calls = 0
+
+    def run(self) -> list[RankResult]:
+        with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched():
+            self._probe_condition()
+            results = [self._rank(r, self._denoise) for r in self.layout.denoise_ranks]
+            results += [self._rank(r, self._decode) for r in self.layout.decode_ranks]
+        return results
+
+    def _probe_condition(self) -> None:
+        model = self.config.model
+        probe = load_adapter(self.model_path, parts={"text"}, device="cpu", dtype=model.torch_dtype(),
+                             model=model.name, text_encoder_path=model.text_encoder_path)
+        self.cond = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in probe.encode_prompt(self.request.prompt).items()}
+
+    def _result(self, rank: int) -> RankResult:
+        layout = self.layout
+        decode = rank >= layout.denoise
+        cfg = rank // (layout.ulysses * layout.ring) if layout.cfg > 1 and not decode else None
+        return RankResult(rank, "decode" if decode else "denoise", cfg, decode and layout.aco,
+                          sorted(layout.parts(rank)))
+
+    def _rank(self, rank: int, body) -> RankResult:
+        result = self._result(rank)
+        counter = StorageCounter()
+        self.tiling.counter, self.tiling.decided = counter, None
+        with rank_group(rank, self.layout.world_size), self.recorder.patched(rank, counter), counter:
+            body(rank, counter)
+            gc.collect()
+        result.peak_bytes, result.by_kind, result.tiled = counter.peak, counter.peak_by_kind(), self.tiling.decided
+        return result
+
+    def _worker(self, cls, rank: int, counter: StorageCounter):
+        worker = cls(self.config, self.layout, rank)
+        worker._init_process_group = lambda rendezvous: None  # rank_group started the fake group
+        worker.setup(self.model_path)
+        worker.adapter.prepare_condition = _on_host(worker.adapter.prepare_condition)
+        worker.adapter.make_scheduler = _host_scheduler(worker.adapter.make_scheduler)
+        counter.tag(_weights(worker.adapter), "weights")
+        if rank == self.layout.text_rank:
+            worker.encode_prompt(self.request)
+            counter.tag_live_as_state()
+        return worker
+
+    def _denoise(self, rank: int, counter: StorageCounter) -> None:
+        from ..runtime.worker import DenoiseWorker
+
+        worker = self._worker(DenoiseWorker, rank, counter)
+        worker.begin(self.request, _received(self.cond))
+        if rank == 0 and self.layout.aco:
+            self.aco_shape, self.aco_calls = worker.aco_shape(self.request), worker.aco_calls()
+        counter.tag_live_as_state()
+        for step in range(self.request.steps):
+            worker.step(aco=step in self.aco_steps)
+            counter.tag_live_as_state()
+        job = worker.job
+        for decode_rank in self.layout.decode_ranks if rank == 0 else ():
+            worker.job = job  # one request per decode rank: a queue's steady state
+            worker.finish(decode_rank)
+        if not self.layout.decode_ranks or rank != 0:
+            worker.finish()
+        worker.close()
+
+    def _decode(self, rank: int, counter: StorageCounter) -> None:
+        from ..runtime.decode_worker import DecodeWorker
+
+        worker = self._worker(DecodeWorker, rank, counter)
+        for _ in self.aco_steps:
+            worker.aco_serve(self.aco_shape, self.aco_calls)
+            counter.tag_live_as_state()
+        worker.decode(self.request, None)
+        worker.close()

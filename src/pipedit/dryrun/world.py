@@ -1,0 +1,84 @@
+"""What the dry run runs: a config resolved the way the engine resolves it on the GPUs of a
+profile, the model's configs (a checkpoint folder's, or the released ones written to a temporary
+folder), and the planner's view of the same layout.
+
+Resolution differs from a real start in three named ways: the device is CPU (fake tensors;
+memory does not depend on it), `pipesp_chunk: auto` (a timing measurement) runs synchronous
+Ulysses (give a chunk in the config to check PipeSP's buffers), and `decode_ranks: auto` takes
+the planner's choice for the --gpu profile (what the engine does on a profiled GPU without a
+cached calibration).
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from ..adapter import attention_heads, model_name_for
+from ..config import EngineConfig
+from ..errors import UserInputError
+from ..planner import split_denoise_ranks
+from ..planner.cost import Shape
+from ..planner.hardware import PROFILES, node
+from ..planner.models import ModelSpec, from_checkpoint, full_size
+from ..planner.search import Problem, rank
+from ..request import VideoRequest
+from ..runtime.layout import WorldLayout
+from .released import released_checkpoint
+
+AUTO_PROMPTS = 10  # as pipedit.planner.auto: the paper's queue of prompts
+
+
+@dataclass(frozen=True)
+class DryWorld:
+    config: EngineConfig
+    layout: WorldLayout
+    model: str
+    model_path: str
+    released: bool  # the released configs (no --model-path)
+    spec: ModelSpec  # the planner's model of the same configs
+    request: VideoRequest
+    gpu: str
+    capacity: float  # bytes per GPU
+
+
+def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, height: int | None,
+            width: int | None, frames: int | None, steps: int, gpu: str, workdir: str | None = None) -> DryWorld:
+    if gpu not in PROFILES:
+        raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
+    name = model or config.model.name or (model_name_for(model_path) if model_path else "hunyuan-video")
+    released = model_path is None
+    if released:
+        model_path = str(released_checkpoint(name, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))
+    family = "opensora-plan" if name == "opensora-plan" else "hunyuan-video"
+    spec = full_size(name) if released else from_checkpoint(model_path, family)
+    g = config.generation
+    request = VideoRequest("dry run: a red fox running through snow", height=height or g.height,
+                           width=width or g.width, num_frames=frames or g.num_frames, steps=steps, seed=0)
+    model_config = replace(config.model, name=name, path=model_path, device="cpu",
+                           text_encoder_path=None if released else config.model.text_encoder_path,
+                           dtype="bfloat16" if config.model.dtype == "auto" else config.model.dtype)
+    parallel = _parallel(config, spec, request, gpu, attention_heads(model_path, name))
+    config = replace(config, model=model_config, parallel=parallel)
+    from ..adapter import adapter_class_for
+
+    preferred = adapter_class_for(model_path, name).preferred_text_encoder
+    return DryWorld(config, WorldLayout.from_config(parallel, preferred), name, model_path, released, spec,
+                    request, gpu, PROFILES[gpu].memory)
+
+
+def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu: str, heads: int):
+    parallel = config.parallel
+    if parallel.pipesp_chunk == "auto":
+        parallel = replace(parallel, pipesp_chunk="off")
+    if parallel.decode_ranks != "auto":
+        return parallel
+    interconnect = "nvlink" if gpu in ("h100", "h200") else "pcie"
+    problem = Problem(spec, node(gpu, parallel.ranks, interconnect),
+                      Shape(request.height, request.width, request.num_frames), config.generation.steps, AUTO_PROMPTS)
+    fitting, _ = rank(problem)
+    with_decode = [x for x in fitting if x.candidate.decode_ranks > 0]
+    decode = with_decode[0].candidate.decode_ranks if with_decode else 1
+    ulysses, ring = split_denoise_ranks(parallel.ranks - decode, heads)
+    return replace(parallel, decode_ranks=decode, ulysses=ulysses, ring=ring, ranks=None)
