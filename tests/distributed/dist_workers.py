@@ -99,3 +99,13 @@ def _check_ulysses_round_trip(ctx: ParallelContext) -> bool:
     text = full[:, :2, head_start:head_stop]
     gathered = start_gather_heads(text, heads, ctx.ulysses_group).wait()
     return ok and torch.equal(gathered, full[:, :2])
+
+
+def mismatched_collectives(rank: int, world_size: int) -> None:
+    """Rank 0 all-reduces while rank 1 broadcasts, as a rank that took another branch would: on
+    NCCL both wait forever."""
+    tensor = torch.zeros(4)
+    if rank == 0:
+        dist.all_reduce(tensor)
+    else:
+        dist.broadcast(tensor, src=0)

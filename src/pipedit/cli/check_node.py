@@ -4,7 +4,9 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result")
+    p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result",
+                       epilog="Before you rent the GPUs, dry-run the config on any machine: "
+                              "pipedit dry-run --config FILE (memory per rank, collective matching).")
     p.add_argument("--model-path", help="checkpoint folder (default: the full-width synthetic HunyuanVideo on "
                                         "CUDA, built once into the cache; the demo model on CPU)")
     p.add_argument("--config", help="YAML engine config for model and generation settings; flags override it")
