@@ -25,27 +25,34 @@ from pipedit.config import EngineConfig, load_config
 APP_NAME = "pipedit"
 
 
-def _world_size(config: EngineConfig) -> int:
+def engine_ranks(config: EngineConfig) -> int:
     parallel = config.parallel
     if parallel.ranks is not None:
         return parallel.ranks
     return parallel.denoise_ranks + (parallel.decode_ranks if isinstance(parallel.decode_ranks, int) else 0)
 
 
+def replica_bundles(config: EngineConfig) -> list[dict]:
+    """The resources of one replica, as bundles placed on one node: a one-rank engine runs inside
+    the replica (its GPU is the replica's); a multi-rank engine has the replica's bundle, then one
+    per rank actor."""
+    gpu = 1 if config.model.device_type() == "cuda" else 0
+    ranks = engine_ranks(config)
+    if ranks == 1:
+        return [{"CPU": 1, "GPU": gpu}]
+    return [{"CPU": 1}] + [{"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}] * ranks
+
+
 def deployment_options(config: EngineConfig) -> dict:
-    """Replica resources: a one-rank engine runs inside the replica (its GPU is the replica's);
-    a multi-rank engine puts its rank actors into the replica's placement group."""
-    gpu = config.model.device_type() == "cuda"
-    ranks = _world_size(config)
     # The fault injection switch goes from the server's environment to the replica (which hands
     # it to its rank actors), also on a cluster whose workers do not share that environment.
     env = {"runtime_env": {"env_vars": {faults.ENV: os.environ[faults.ENV]}}} if os.environ.get(faults.ENV) else {}
-    if ranks == 1:
-        return {"ray_actor_options": {"num_cpus": 1, "num_gpus": 1 if gpu else 0, **env}}
-    rank_bundle = {"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}
+    bundles = replica_bundles(config)
+    if len(bundles) == 1:
+        return {"ray_actor_options": {"num_cpus": bundles[0]["CPU"], "num_gpus": bundles[0]["GPU"], **env}}
     return {
         "ray_actor_options": {"num_cpus": 1, **env},
-        "placement_group_bundles": [{"CPU": 1}] + [rank_bundle] * ranks,
+        "placement_group_bundles": bundles,
         "placement_group_strategy": "STRICT_PACK",
     }
 

@@ -34,4 +34,4 @@ def _config(args):
 def run(args) -> int:
     from ..serve.launch import serve_until_interrupted
 
-    return serve_until_interrupted(_config(args), args.address, args.demo_prompt)
+    return serve_until_interrupted(_config(args), args.address, args.demo_prompt, port_given=args.port is not None)
