@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 from collections import deque
+from dataclasses import dataclass
 
 from .errors import ApiError
 from .params import ServiceLimits
@@ -19,8 +20,26 @@ MAX_RETRY_AFTER_S = 600
 
 
 def client_of(api_key: str | None) -> str | None:
-    """What the store keeps of a client's key: a digest, so the table never holds a secret."""
+    """What the store keeps of a client's key: a digest, so the table never holds a secret. It is
+    both the job's owner (who may see it, see Caller) and what the per-key queue limit counts."""
     return hashlib.sha256(api_key.encode()).hexdigest()[:32] if api_key else None
+
+
+@dataclass(frozen=True)
+class Caller:
+    """Who sends a request: `client` is client_of(their key) (None without keys); `admin` callers
+    (serve.admin_keys, or everyone when the server has no keys) see every job."""
+
+    client: str | None
+    admin: bool = False
+
+    def sees(self, record_client: str | None) -> bool:
+        """Whether a job owned by `record_client` is visible to this caller. Rows without an owner
+        (written before owners existed, or while the server had no keys) are admins' only."""
+        return self.admin or (self.client is not None and record_client == self.client)
+
+
+EVERYONE = Caller(client=None, admin=True)  # a server without API keys
 
 
 class Admission:

@@ -1,37 +1,47 @@
 """The FastAPI app: OpenAI's video routes (/v1/videos...) over a JobService, plus /healthz.
-A thin shim: every decision is the service's; this module only maps HTTP to its methods."""
+A thin shim: every decision is the service's (who may see a job: access.VideoAccess; what every
+request must pass first: http_errors.RequestGuard); this module only maps HTTP to its methods."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import time
-from collections.abc import AsyncIterator
 from typing import Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
 
+from .access import VideoAccess
+from .admission import Caller
 from .errors import ApiError
-from .http_errors import bearer_check, install_error_handlers
+from .events import event_stream
+from .http_errors import RequestGuard, SafeJSONResponse, bearer_check, install_error_handlers, is_loopback
 from .jobs import JobService
-from .schemas import FINAL_STATUSES, ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
+from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
-KEEPALIVE_S = 15.0
-EVENT_POLL_S = 0.1  # how often the event stream looks at the job; the store is the truth across processes
-_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 404, 429)}
+_ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 429, 503)}
 _CREATE_BODY = {"requestBody": {"required": True, "content": {
     "application/json": {"schema": VideoCreateParams.model_json_schema()},
     "multipart/form-data": {"schema": VideoCreateParams.model_json_schema()},
 }}}
 
 
-def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -> FastAPI:
-    app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API")
+def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *,
+              admin_keys: tuple[str, ...] | list[str] = (), host: str | None = "127.0.0.1",
+              allowed_hosts: tuple[str, ...] | list[str] = ()) -> FastAPI:
+    """The app over `service`. `api_keys`: accepted Bearer keys (none: no authentication; every
+    caller sees every job); `admin_keys` (also in api_keys) see every key's jobs. `host`: the
+    address the server is bound to (serve.host; default loopback): on loopback only loopback Host
+    names and `allowed_hosts` are answered. The body cap is service.limits.max_body_bytes."""
+    if not set(admin_keys) <= set(api_keys):
+        raise ValueError("admin_keys must also be api_keys")
+    app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
+                  default_response_class=SafeJSONResponse)
     install_error_handlers(app)
-    app.include_router(_videos(service, bool(api_keys)), dependencies=[Depends(bearer_check(tuple(api_keys)))])
+    app.add_middleware(RequestGuard, max_body_bytes=getattr(service.limits, "max_body_bytes", 1 << 20),
+                       loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts))
+    auth = bearer_check(tuple(api_keys), tuple(admin_keys))
+    app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
 
     @app.get("/healthz", responses={503: {"model": ErrorBody}})
     def healthz():
@@ -45,37 +55,43 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = ()) -
     return app
 
 
-def _videos(service: JobService, api_keys: bool) -> APIRouter:
+def _videos(service: JobService, auth) -> APIRouter:
+    """`auth`: the dependency that admits a request and names its Caller (the router runs it;
+    FastAPI caches it per request, so the routes get the same Caller)."""
     router = APIRouter(prefix="/v1/videos", responses=_ERRORS)
+    access = VideoAccess(service)
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
-    async def create_video(request: Request) -> Video:
+    async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
         params = VideoCreateParams.model_validate(await _body(request))
-        return await run_in_threadpool(service.create, params, _bearer(request) if api_keys else None)
+        # The key goes to the service only when keys are configured (caller.client is its digest).
+        key = _bearer(request) if caller.client is not None else None
+        return await run_in_threadpool(service.create, params, key)
 
     @router.get("", response_model=VideoList)
-    def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None):
-        return service.list(limit, order, after)
+    def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None,
+                    caller: Caller = Depends(auth)):
+        return access.list(caller, limit, order, after)
 
     @router.get("/{video_id}", response_model=Video)
-    def retrieve_video(video_id: str):
-        return service.get(video_id)
+    def retrieve_video(video_id: str, caller: Caller = Depends(auth)):
+        return access.get(video_id, caller)
 
     @router.get("/{video_id}/content", response_class=FileResponse,
                 responses={200: {"content": {"video/mp4": {}}, "description": "The mp4"}})
-    def download_video(video_id: str, variant: Literal["video"] = "video"):
-        return FileResponse(service.content_path(video_id), media_type="video/mp4", filename=f"{video_id}.mp4")
+    def download_video(video_id: str, variant: Literal["video"] = "video", caller: Caller = Depends(auth)):
+        return FileResponse(access.content_path(video_id, caller), media_type="video/mp4",
+                            filename=f"{video_id}.mp4")
 
     @router.delete("/{video_id}", response_model=VideoDeleted)
-    def delete_video(video_id: str):
-        return service.delete(video_id)
+    def delete_video(video_id: str, caller: Caller = Depends(auth)):
+        return access.delete(video_id, caller)
 
     @router.get("/{video_id}/events", response_class=StreamingResponse,
                 responses={200: {"content": {"text/event-stream": {}}, "description": "Video objects"}})
-    def video_events(video_id: str):
-        service.get(video_id)  # 404 before the stream starts
-        return StreamingResponse(_changes(service, video_id), media_type="text/event-stream",
-                                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    def video_events(video_id: str, caller: Caller = Depends(auth)):
+        access.record(video_id, caller)  # 404 before the stream starts: unknown, or another key's job
+        return event_stream(service, video_id)  # text/event-stream; 429 too_many_streams beyond the caps
 
     return router
 
@@ -89,41 +105,33 @@ def _bearer(request: Request) -> str | None:
 
 
 async def _body(request: Request) -> dict:
-    """JSON or form fields (multipart or urlencoded; the strings are coerced by the schema)."""
-    content_type = request.headers.get("content-type", "")
-    if content_type.startswith(("multipart/form-data", "application/x-www-form-urlencoded")):
-        form = await request.form()
+    """JSON (application/json) or multipart/form-data fields (the strings are coerced by the
+    schema). Other content types get 415: text/plain and urlencoded bodies are what another web
+    page can make a browser send without asking this server first (CORS "simple" requests)."""
+    media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if media == "multipart/form-data":
+        try:
+            form = await request.form()
+        except ValueError:  # e.g. a field that is not UTF-8
+            raise ApiError(400, "the multipart/form-data body cannot be read: send UTF-8 fields",
+                           code="invalid_body") from None
         files = [key for key, value in form.items() if not isinstance(value, str)]
         if files:  # e.g. OpenAI's input_reference image: silently dropping it would mislead
             raise ApiError(400, f"file uploads ({', '.join(files)}) are not supported: this server "
                            f"generates from text only", param=files[0], code="unsupported_parameter")
         return dict(form.items())
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(415, f"Content-Type {media or '(none)'} is not accepted: send the body as application/json "
+                       f"(or multipart/form-data), with at least a prompt", param="Content-Type",
+                       code="unsupported_media_type")
     try:
         body = await request.json()
+    except RecursionError:
+        raise ApiError(400, "the JSON body is nested too deeply to read; send a flat object such as "
+                       "{\"prompt\": \"a fox\"}", code="invalid_body") from None
     except ValueError:
-        raise ApiError(400, "the body must be JSON or multipart/form-data with at least a prompt",
+        raise ApiError(400, "the body must be a JSON object with at least a prompt, e.g. {\"prompt\": \"a fox\"}",
                        code="invalid_body") from None
     if not isinstance(body, dict):
         raise ApiError(400, "the JSON body must be an object, e.g. {\"prompt\": \"a fox\"}", code="invalid_body")
     return body
-
-
-async def _changes(service: JobService, video_id: str) -> AsyncIterator[str]:
-    """Server-sent events: the Video as JSON whenever it changes, until a final status."""
-    last, quiet_since = None, time.monotonic()
-    while True:
-        try:
-            video = await run_in_threadpool(service.get, video_id)
-        except ApiError as error:  # deleted while streaming
-            yield f"event: error\ndata: {json.dumps(error.body())}\n\n"
-            return
-        text = video.model_dump_json()
-        if text != last:
-            last, quiet_since = text, time.monotonic()
-            yield f"data: {text}\n\n"
-        elif time.monotonic() - quiet_since > KEEPALIVE_S:  # long queues: proxies drop silent streams
-            quiet_since = time.monotonic()
-            yield ": keep-alive\n\n"
-        if video.status in FINAL_STATUSES:
-            return
-        await asyncio.sleep(EVENT_POLL_S)

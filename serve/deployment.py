@@ -72,7 +72,9 @@ class PipeditServer:
     def __serve_build_asgi_app__(self):
         from .api import build_app
 
-        return build_app(self.service, api_keys=self.config.serve.api_keys)
+        serve = self.config.serve
+        return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
+                         allowed_hosts=serve.allowed_hosts)
 
     def __del__(self):
         # Serve calls this on shutdown: unfinished jobs stay in the store for the next start.

@@ -1,21 +1,46 @@
 """Every error leaves the server as OpenAI's body, {"error": {message, type, param, code}}:
-the service's ApiError, FastAPI's validation errors, unknown routes and crashes alike."""
+the service's ApiError, FastAPI's validation errors, unknown routes, a busy store and crashes
+alike; plus who the caller is (API keys) and the checks every request passes before any route
+runs (RequestGuard: Host names, cross-site requests, body size)."""
 
 from __future__ import annotations
 
 import hmac
+import ipaddress
+import json
 import logging
+from typing import Any
+from urllib.parse import urlsplit
 
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import ValidationError
+from sqlalchemy.exc import DBAPIError
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from .admission import EVERYONE, Caller, client_of
 from .errors import ApiError
 
 _log = logging.getLogger(__name__)
+BUSY_RETRY_AFTER_S = 2
+# Lock and capacity errors of PostgreSQL (lock_not_available, query_canceled by lock/statement
+# timeouts, serialization_failure, deadlock_detected, too_many_connections): the store is busy.
+_BUSY_SQLSTATES = {"55P03", "57014", "40001", "40P01", "53300"}
+LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
+_UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+
+
+class SafeJSONResponse(JSONResponse):
+    """JSON whose text is always sendable: a string UTF-8 cannot carry (a lone surrogate)
+    becomes '?' instead of failing the response."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=False, allow_nan=False, indent=None,
+                          separators=(",", ":")).encode("utf-8", "replace")
 _LOCATIONS = ("body", "query", "path", "header")
 _HTTP_CODES = {404: "not_found", 405: "method_not_allowed", 415: "unsupported_media_type"}
 
@@ -34,7 +59,20 @@ def from_validation(errors: list[dict]) -> ApiError:
 def install_error_handlers(app: FastAPI) -> None:
     @app.exception_handler(ApiError)
     async def _api_error(_request: Request, error: ApiError) -> JSONResponse:
-        return JSONResponse(error.body(), status_code=error.status, headers=error.headers)
+        return error_response(error)
+
+    @app.exception_handler(DBAPIError)
+    async def _store_error(request: Request, error: DBAPIError) -> JSONResponse:
+        busy = store_busy(error)
+        if busy is None:
+            return await _crash(request, error)
+        _log.warning("job store %s: %s", busy.code, error.orig)
+        return error_response(busy)
+
+    @app.exception_handler(RecursionError)
+    async def _too_deep(_request: Request, _error: RecursionError) -> JSONResponse:
+        return error_response(ApiError(400, "the request is nested too deeply to read; send a flat JSON object "
+                                            "such as {\"prompt\": \"a fox\"}", code="invalid_body"))
 
     @app.exception_handler(RequestValidationError)
     async def _request_invalid(_request: Request, error: RequestValidationError) -> JSONResponse:
@@ -57,24 +95,178 @@ def install_error_handlers(app: FastAPI) -> None:
         _log.exception("unhandled error", exc_info=error)
         body = ApiError(500, "internal server error; the server log has the details", type="server_error",
                         code="internal_error")
-        return JSONResponse(body.body(), status_code=500)
+        return SafeJSONResponse(body.body(), status_code=500)
 
 
-def bearer_check(api_keys: tuple[str, ...]):
-    """A dependency that admits a request only with `Authorization: Bearer <one of api_keys>`;
-    it admits every request when no keys are configured."""
+def error_response(error: ApiError) -> JSONResponse:
+    return SafeJSONResponse(error.body(), status_code=error.status, headers=error.headers)
+
+
+def store_busy(error: DBAPIError) -> ApiError | None:
+    """503 server_busy when the store's error is a lock or capacity wait that ran out (SQLite:
+    another writer held the file past busy_timeout); 503 store_unavailable when the connection
+    to it was lost; None for other errors (bugs: 500)."""
+    orig = error.orig
+    text = str(orig).lower()
+    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None) or ""
+    retry = {"Retry-After": str(BUSY_RETRY_AFTER_S)}
+    if "database is locked" in text or "database table is locked" in text or "database is busy" in text \
+            or sqlstate in _BUSY_SQLSTATES:
+        return ApiError(503, f"the job store is busy (another writer holds its lock); nothing was changed: "
+                             f"retry in {BUSY_RETRY_AFTER_S} s (the Retry-After header)", type="server_error",
+                        code="server_busy", headers=retry)
+    if error.connection_invalidated or sqlstate.startswith("08"):
+        return ApiError(503, f"the job store cannot be reached; retry in {BUSY_RETRY_AFTER_S} s "
+                             f"(the Retry-After header)", type="server_error", code="store_unavailable",
+                        headers=retry)
+    return None
+
+
+def bearer_check(api_keys: tuple[str, ...], admin_keys: tuple[str, ...] = ()):
+    """A dependency that admits a request only with `Authorization: Bearer <one of api_keys>`
+    and returns its Caller (client_of(key); admin for admin_keys); it admits every request, as
+    an admin, when no keys are configured."""
     scheme = HTTPBearer(auto_error=False, description="An API key of this server, when it has any.")
     keys = tuple(k.encode() for k in api_keys)
+    admins = tuple(k.encode() for k in admin_keys)
 
-    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> None:
+    async def check(credentials: HTTPAuthorizationCredentials | None = Depends(scheme)) -> Caller:
         if not keys:
-            return
+            return EVERYONE
         given = credentials.credentials.encode() if credentials is not None else b""
         # compare_digest against every key: the time taken says nothing about which key is near.
         if not any([hmac.compare_digest(given, key) for key in keys]):
             reason = "missing" if credentials is None else "not valid"
             raise ApiError(401, f"API key {reason}: send the header 'Authorization: Bearer <key>'",
                            type="authentication_error", code="invalid_api_key")
+        admin = any([hmac.compare_digest(given, key) for key in admins])
+        return Caller(client=client_of(credentials.credentials), admin=admin)
 
     return check
+
+
+def is_loopback(host: str | None) -> bool:
+    """Whether a bind address is loopback only (127.0.0.0/8, ::1, localhost)."""
+    if not host:
+        return False
+    name = host.strip().strip("[]").lower()
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def _split_host(value: str) -> tuple[str, int | None]:
+    """'Example.com:8000' -> ('example.com', 8000); '[::1]:80' -> ('[::1]', 80); port None if absent."""
+    value = value.strip().lower()
+    if value.startswith("["):
+        name, _, rest = value.partition("]")
+        name += "]"
+        port = rest[1:] if rest.startswith(":") else ""
+    else:
+        name, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
+    name = name.rstrip(".")
+    return name, int(port) if port.isdigit() else None
+
+
+class RequestGuard:
+    """Pure ASGI middleware (streams pass through untouched); before any route runs it refuses:
+
+    - a Host name other than loopback's (localhost, 127.0.0.1, [::1], any port) and
+      serve.allowed_hosts, when the server is bound to loopback: DNS rebinding (400 host_not_allowed);
+    - a state-changing request (POST, PUT, PATCH, DELETE) with `Sec-Fetch-Site: cross-site` or an
+      Origin that is not this server's own (403 cross_site_request): another web page driving the
+      API from the user's browser. Clients that are not browsers send neither header;
+    - a body over max_body_bytes (413 body_too_large): at once by Content-Length, and for a chunked
+      body as soon as what arrived passes the cap (nothing more is read)."""
+
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = ()):
+        self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
+        self.allowed = {_split_host(h)[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
+        self.allowed_exact = {h.strip().lower() for h in allowed_hosts}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        refusal = (self._host_refusal(headers) or self._cross_site_refusal(scope["method"], headers)
+                   or self._length_refusal(headers))
+        if refusal is not None:
+            await error_response(refusal)(scope, receive, send)
+            return
+        await self.app(scope, self._capped(receive), send)
+
+    def _host_refusal(self, headers: Headers) -> ApiError | None:
+        host = headers.get("host")
+        if not self.loopback or host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
+            return None
+        if _split_host(host)[0] in self.allowed or host.strip().lower() in self.allowed_exact:
+            return None
+        return ApiError(400, f"Host '{host}' is not accepted: this server listens on loopback and answers only to "
+                             f"localhost, 127.0.0.1 and [::1] (any port) and the names in serve.allowed_hosts; "
+                             f"add this name to serve.allowed_hosts to reach the server by it", param="Host",
+                        code="host_not_allowed")
+
+    def _cross_site_refusal(self, method: str, headers: Headers) -> ApiError | None:
+        if method.upper() not in _UNSAFE_METHODS:
+            return None
+        origin, fetch_site = headers.get("origin"), (headers.get("sec-fetch-site") or "").strip().lower()
+        if fetch_site == "cross-site":
+            why = "the browser marks it cross-site (Sec-Fetch-Site: cross-site)"
+        elif origin is not None and not _same_origin(origin, headers.get("host")):
+            why = f"it comes from the web page of another origin ({origin!r})"
+        else:
+            return None
+        return ApiError(403, f"{method} refused: {why}. This server takes POST and DELETE only from its own "
+                             f"web page or from clients that send no Origin (curl, the OpenAI SDK, scripts)",
+                        param="Origin", type="permission_error", code="cross_site_request")
+
+    def _length_refusal(self, headers: Headers) -> ApiError | None:
+        length = headers.get("content-length")
+        if length is None:
+            return None
+        if not length.strip().isdigit():
+            return ApiError(400, f"Content-Length must be a number of bytes, got {length!r}", param="Content-Length",
+                            code="invalid_body")
+        if int(length) > self.max_body_bytes:
+            return self._too_large(f"has {int(length):,} bytes")
+        return None
+
+    def _too_large(self, what: str) -> ApiError:
+        return ApiError(413, f"the request body {what}; this server takes at most {self.max_body_bytes:,} bytes "
+                             f"(serve.max_body_bytes)", param="body", code="body_too_large")
+
+    def _capped(self, receive: Receive) -> Receive:
+        seen = 0
+
+        async def capped() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body_bytes:  # a chunked body: stop reading; the route answers 413
+                    raise self._too_large(f"passed {self.max_body_bytes:,} bytes before it ended")
+            return message
+
+        return capped
+
+
+def _same_origin(origin: str, host: str | None) -> bool:
+    """Whether a browser's Origin (scheme://host[:port]) names the server the request's Host names."""
+    if host is None:
+        return False
+    try:
+        parts = urlsplit(origin.strip())
+        origin_port = parts.port
+    except ValueError:
+        return False
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return False  # "null" (sandboxed frames, file: pages) and other schemes are foreign
+    default = 443 if parts.scheme == "https" else 80
+    host_name, host_port = _split_host(host)
+    origin_name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return origin_name.rstrip(".") == host_name and (origin_port or default) == (host_port or default)
 

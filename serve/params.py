@@ -18,6 +18,7 @@ from .schemas import VideoCreateParams
 
 ShapeValidator = Callable[[VideoShape, int], None]  # raises UserInputError naming what is allowed
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
+_SURROGATE = re.compile("[\ud800-\udfff]")  # lone UTF-16 halves: JSON may carry them, UTF-8 cannot
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,12 @@ class ServiceLimits:
     max_queued: int = 16  # queued jobs beyond this get 429
     max_queued_per_key: int = 8  # queued jobs of one API key beyond this get 429 (when keys are set)
     max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request
+    max_pixels: int = 1280 * 720 * 129  # height x width x num_frames of one request (memory, whatever the steps)
+    max_body_bytes: int = 1 << 20  # request body of a JSON (or form) route; 413 above
+    max_upload_bytes: int = 20 << 20  # request body of a route that takes an upload (none yet)
+    max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
+    max_event_streams_per_key: int = 8  # open /events streams of one API key on a replica (429 beyond)
+    event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -54,6 +61,7 @@ class JobSettings:
 def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefaults, limits: ServiceLimits,
             validate: ShapeValidator | None = None) -> JobSettings:
     given = params.given()
+    _check_text(given)
     _check_model(given.get("model"), model_name)
     prompt = _check_prompt(params.prompt, limits)
     if given.get("negative_prompt", "").strip():
@@ -71,6 +79,18 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
     _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
     return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds)
+
+
+def _check_text(given: dict) -> None:
+    """Refuses strings that cannot be stored and sent back as UTF-8 (a lone surrogate such as the
+    JSON escape \\ud800), before anything is stored."""
+    for name in ("prompt", *sorted(set(given) - {"prompt"})):
+        value = given.get(name)
+        if isinstance(value, str) and (match := _SURROGATE.search(value)):
+            raise invalid(f"{name} contains an unpaired UTF-16 surrogate (\\u{ord(match[0]):04x} at character "
+                          f"{match.start()}), which is not valid Unicode text: send UTF-8 text, or escape "
+                          f"characters outside the BMP as a surrogate pair", name,
+                          "invalid_prompt" if name == "prompt" else "invalid_value")
 
 
 def _check_model(model: str | None, model_name: str) -> None:
@@ -137,11 +157,17 @@ def _bounded_int(value, name: str, low: int, high: int) -> int:
 
 
 def _check_cost(width: int, height: int, frames: int, steps: int, limits: ServiceLimits) -> None:
-    cost = width * height * frames * steps
+    pixels = width * height * frames  # what memory grows with (latents, attention, decode), whatever the steps
+    if pixels > limits.max_pixels:
+        raise ApiError(400, f"this request has {width}x{height} pixels x {frames} frames = {pixels:,} pixels; "
+                       f"this server allows at most {limits.max_pixels:,} per request (serve.max_pixels): "
+                       f"lower size or num_frames (or seconds)", param="size", code="too_many_pixels")
+    cost = pixels * steps
     if cost > limits.max_cost:
         raise ApiError(400, f"this request costs {width}x{height} pixels x {frames} frames x {steps} steps = "
-                       f"{cost:,}; this server allows at most {limits.max_cost:,} per request: lower size, "
-                       f"num_frames (or seconds) or num_inference_steps", param="size", code="cost_too_high")
+                       f"{cost:,}; this server allows at most {limits.max_cost:,} per request (serve.max_cost): "
+                       f"lower size, num_frames (or seconds) or num_inference_steps", param="size",
+                       code="cost_too_high")
 
 
 def _check_shape(validate: ShapeValidator | None, shape: VideoShape, steps: int) -> None:

@@ -45,6 +45,7 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     engine = EngineCore.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
                          limits, validate=shape_validator(model_path, config.model.name), lease_s=config.serve.job_lease_s,
-                         replicas=config.serve.num_replicas, owner=owner)
+                         replicas=config.serve.num_replicas, owner=owner, max_attempts=config.serve.max_attempts,
+                         retention=config.serve.retention)
     service.recover()
     return service

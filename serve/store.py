@@ -28,6 +28,8 @@ from sqlalchemy import (JSON, Column, Float, Integer, MetaData, String, Table, a
                         event, func, insert, inspect, or_, select, text, update)
 
 UNFINISHED = ("queued", "in_progress")
+FINAL = ("completed", "failed", "cancelled")
+BUSY_TIMEOUT_S = 5.0  # SQLite: how long a write waits for another process's lock before "database is locked"
 OWNERSHIP = ("owner", "lease_until", "attempt", "client")  # columns added after the first release
 
 _metadata = MetaData()
@@ -45,7 +47,9 @@ jobs = Table(
     Column("owner", String(128), nullable=True, index=True),  # the replica running it; None: free
     Column("lease_until", Float, nullable=True),  # the owner's claim lapses after this time
     Column("attempt", Integer, nullable=False, default=0),  # claims so far
-    Column("client", String(64), nullable=True, index=True),  # a digest of the API key; never the key
+    # The job's owner: a digest of the API key that created it (admission.client_of), never the key;
+    # None: made without keys (or before owners existed). The API shows a job only to its owner and admins.
+    Column("client", String(64), nullable=True, index=True),
 )
 _COLUMNS = tuple(c.name for c in jobs.columns)
 
@@ -66,26 +70,42 @@ class JobRecord:
     attempt: int = 0
     client: str | None = None
 
+    @property
+    def finished_at(self) -> float:
+        """When a finished job reached its final status: extras' finished_at (the service writes
+        it with every final status), else completed_at, else created_at (rows of older versions:
+        a lower bound)."""
+        return _finish_time(self.created_at, self.completed_at, self.extras)
+
+
+def _finish_time(created_at: float, completed_at: float | None, extras: dict | None) -> float:
+    value = (extras or {}).get("finished_at")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    return completed_at if completed_at is not None else created_at
+
 
 class JobStore:
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S):
         """`url`: any SQLAlchemy URL, e.g. sqlite:///data/jobs.sqlite or
-        postgresql+psycopg://user@host:5432/pipedit."""
+        postgresql+psycopg://user@host:5432/pipedit. `busy_timeout_s` (SQLite): how long a write
+        waits for another process's lock; then it raises OperationalError "database is locked"
+        (the API answers 503 server_busy)."""
         self.url = url
         sqlite = url.startswith("sqlite")
         self._engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {},
                                      pool_pre_ping=not sqlite)
         if sqlite:
-            event.listen(self._engine, "connect", _sqlite_pragmas)
+            event.listen(self._engine, "connect", _sqlite_pragmas(busy_timeout_s))
         _metadata.create_all(self._engine)
         _add_missing_columns(self._engine)
         self._write = threading.Lock()
 
     @classmethod
-    def in_folder(cls, data_dir: str | Path) -> "JobStore":
+    def in_folder(cls, data_dir: str | Path, **options: Any) -> "JobStore":
         folder = Path(data_dir)
         folder.mkdir(parents=True, exist_ok=True)
-        return cls(f"sqlite:///{folder / 'jobs.sqlite'}")
+        return cls(f"sqlite:///{folder / 'jobs.sqlite'}", **options)
 
     @property
     def dialect(self) -> str:
@@ -104,11 +124,24 @@ class JobStore:
         """False if the job is gone (deleted meanwhile)."""
         return self._update(jobs.c.id == job_id, fields)
 
-    def update_owned(self, job_id: str, owner: str, attempt: int, **fields: Any) -> bool:
+    def update_owned(self, job_id: str, owner: str, attempt: int, /, **fields: Any) -> bool:
         """Updates the job only while `owner` holds this `attempt` of it and it is unfinished;
-        False otherwise (deleted, re-queued after a lapsed lease, or already final)."""
+        False otherwise (deleted, re-queued after a lapsed lease, or already final). Positional
+        only: `fields` may set the `owner` column itself (None hands the job back)."""
         return self._update(and_(jobs.c.id == job_id, jobs.c.owner == owner, jobs.c.attempt == attempt,
                                  jobs.c.status.in_(UNFINISHED)), fields)
+
+    def finished_before(self, before: float, limit: int = 500) -> list[str]:
+        """Ids of finished jobs (completed, failed, cancelled) that finished before `before`,
+        oldest first, at most `limit` (the retention sweep's)."""
+        # A job's finish time is never earlier than coalesce(completed_at, created_at): the query
+        # gives a superset, the exact time is checked on the rows.
+        query = (select(jobs.c.id, jobs.c.created_at, jobs.c.completed_at, jobs.c.extras)
+                 .where(jobs.c.status.in_(FINAL), func.coalesce(jobs.c.completed_at, jobs.c.created_at) < before)
+                 .order_by(jobs.c.created_at, jobs.c.id).limit(limit))
+        with self._engine.connect() as conn:
+            rows = conn.execute(query).all()
+        return [row.id for row in rows if _finish_time(row.created_at, row.completed_at, row.extras) < before]
 
     def delete(self, job_id: str) -> bool:
         with self._write, self._engine.begin() as conn:
@@ -162,14 +195,19 @@ class JobStore:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
         return _record(row) if row is not None else None
 
-    def list(self, limit: int = 20, order: str = "desc", after: str | None = None) -> tuple[list[JobRecord], bool]:
-        """A page of jobs and whether more follow. `after`: the last id of the previous page."""
+    def list(self, limit: int = 20, order: str = "desc", after: str | None = None, *,
+             client: str | None = None) -> tuple[list[JobRecord], bool]:
+        """A page of jobs and whether more follow. `after`: the last id of the previous page.
+        `client`: only that owner's jobs (an `after` of another owner is unknown: KeyError);
+        None: every job."""
         if order not in ("asc", "desc"):
             raise ValueError(f"order must be asc or desc, got {order!r}")
         query = select(jobs)
+        if client is not None:
+            query = query.where(jobs.c.client == client)
         if after is not None:
             anchor = self.get(after)
-            if anchor is None:
+            if anchor is None or (client is not None and anchor.client != client):
                 raise KeyError(after)
             query = query.where(_beyond(anchor, order))
         keys = (jobs.c.created_at, jobs.c.id) if order == "asc" else (jobs.c.created_at.desc(), jobs.c.id.desc())
@@ -234,17 +272,25 @@ def _add_missing_columns(engine) -> None:
              "client": "VARCHAR(64)"}
     missing = [name for name in OWNERSHIP if name not in present]
     if missing:
+        # PostgreSQL: IF NOT EXISTS, so replicas starting together on an old store all succeed.
+        guard = "IF NOT EXISTS " if engine.dialect.name == "postgresql" else ""
         with engine.begin() as conn:
             for name in missing:
-                conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {name} {kinds[name]}"))
+                conn.execute(text(f"ALTER TABLE jobs ADD COLUMN {guard}{name} {kinds[name]}"))
+            for name in ("owner", "client"):  # the indexes create_all gives new tables (lookups by owner)
+                if name in missing:
+                    conn.execute(text(f"CREATE INDEX IF NOT EXISTS ix_jobs_{name} ON jobs ({name})"))
 
 
-def _sqlite_pragmas(dbapi_connection, _record_info) -> None:
-    # WAL: readers never block the writer; busy_timeout: a second process waits instead of failing.
-    cursor = dbapi_connection.cursor()
-    cursor.execute("PRAGMA journal_mode=WAL")
-    # NORMAL in WAL mode: a commit survives the process being killed (kill -9), though not a power
-    # loss in the last moments; it saves an fsync per progress update on the engine's thread.
-    cursor.execute("PRAGMA synchronous=NORMAL")
-    cursor.execute("PRAGMA busy_timeout=5000")
-    cursor.close()
+def _sqlite_pragmas(busy_timeout_s: float):
+    def on_connect(dbapi_connection, _record_info) -> None:
+        # WAL: readers never block the writer; busy_timeout: a second process waits instead of failing.
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a commit survives the process being killed (kill -9), though not a power
+        # loss in the last moments; it saves an fsync per progress update on the engine's thread.
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout_s * 1000))}")
+        cursor.close()
+
+    return on_connect

@@ -1,11 +1,19 @@
-"""Engine events -> job row fields, and job rows -> the API's Video object."""
+"""Engine events -> job row fields; job rows -> the API's Video object.
+
+A stored row never makes a read fail: text that UTF-8 cannot carry is replaced (U+FFFD), and a
+row that does not make a Video at all is shown as a failed one."""
 
 from __future__ import annotations
 
+import logging
+from typing import Any
+
 from pipedit.request import RequestEvent, RequestStatus
 
-from .schemas import PipeditExtras, Video, VideoError
+from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError
 from .store import JobRecord
+
+_log = logging.getLogger(__name__)
 
 DENOISE_SHARE = 90  # progress reached when the last denoising step ends; decode and writing take the rest
 DECODE_PROGRESS = 92
@@ -34,14 +42,52 @@ def event_fields(event: RequestEvent, record: JobRecord) -> dict | None:
     return {"status": status, "extras": extras, "progress": max(progress, record.progress)}
 
 
-def to_video(record: JobRecord, model_name: str, queue_position: int | None = None) -> Video:
-    params, extras = record.params, record.extras
+def clean_text(value: Any) -> Any:
+    """`value` with every string in it made UTF-8-safe: lone surrogates become U+FFFD."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+            return value
+        except UnicodeEncodeError:  # a pair written as two halves joins; a lone half becomes U+FFFD
+            return value.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+    if isinstance(value, dict):
+        return {clean_text(k): clean_text(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [clean_text(v) for v in value]
+    return value
+
+
+def expires_at(record: JobRecord, retention: float) -> int | None:
+    """When the retention sweep removes a finished job (its finish time + serve.retention); None
+    while it runs, or when jobs are kept forever (retention 0)."""
+    if retention <= 0 or record.status not in FINAL_STATUSES:
+        return None
+    return int(record.finished_at + retention)
+
+
+def to_video(record: JobRecord, model_name: str, queue_position: int | None = None, retention: float = 0.0) -> Video:
+    """The Video of a row. `retention`: serve.retention, for expires_at (0: null)."""
+    try:
+        return _to_video(record, model_name, queue_position, retention)
+    except Exception:  # noqa: BLE001 - a damaged row must not fail every list; show what it is
+        _log.exception("job %s: its row does not make a Video; showing it as failed", record.id)
+        return Video(id=clean_text(str(record.id)), model=model_name, status="failed", progress=0,
+                     created_at=int(record.created_at or 0), size="0x0", seconds="0",
+                     error=VideoError(code="unreadable_job", message="the stored job cannot be read; delete it"),
+                     pipedit=PipeditExtras(stage="failed", seed=0, num_frames=0, fps=0, num_inference_steps=0,
+                                           guidance_scale=0.0))
+
+
+def _to_video(record: JobRecord, model_name: str, queue_position: int | None, retention: float) -> Video:
+    params, extras = clean_text(record.params), clean_text(record.extras)
+    error = clean_text(record.error)
     return Video(
-        id=record.id, model=model_name, status=record.status, progress=record.progress,
+        id=record.id, model=model_name, status=record.status, progress=min(100, max(0, record.progress)),
         created_at=int(record.created_at),
         completed_at=int(record.completed_at) if record.completed_at is not None else None,
-        expires_at=None, prompt=params["prompt"], size=f"{params['width']}x{params['height']}",
-        seconds=params["seconds"], error=VideoError(**record.error) if record.error else None,
+        expires_at=expires_at(record, retention), prompt=params["prompt"],
+        size=f"{params['width']}x{params['height']}",
+        seconds=params["seconds"], error=VideoError(**error) if error else None,
         pipedit=PipeditExtras(
             stage=extras.get("stage", record.status), step=extras.get("step", 0),
             total_steps=extras.get("total_steps", params["num_inference_steps"]),

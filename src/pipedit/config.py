@@ -152,11 +152,23 @@ class ServeConfig:
     num_replicas: int = 1  # Serve replicas, each with its own rank group, all taking jobs from the store
     job_lease_s: float = 20.0  # a replica that stops renewing its job for this long loses it to another
     api_keys: tuple[str, ...] = ()  # Bearer keys; empty: no authentication
+    # Keys that see every key's jobs (get, list, content, events, delete); they must also be api_keys.
+    admin_keys: tuple[str, ...] = ()
+    # Host header names accepted besides loopback's when bound to loopback (DNS-rebinding guard).
+    allowed_hosts: tuple[str, ...] = ()
     model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
     # Limits on one request (a request above them gets 400 naming the field), and on the queue (429).
     max_queued: int = 16
     max_queued_per_key: int = 8  # queued jobs of one API key (when api_keys are set)
     max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request (400 above)
+    max_pixels: int = 1280 * 720 * 129  # height x width x num_frames of one request: memory, whatever the steps
+    max_body_bytes: int = 1 << 20  # request body of a JSON route (413 above)
+    max_upload_bytes: int = 20 << 20  # request body of a route that takes an upload
+    max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
+    max_event_streams_per_key: int = 8  # open /events streams of one API key (429 beyond)
+    event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
+    max_attempts: int = 3  # runs of one job (a rank-group failure or a lost lease), then it fails
+    retention: float = 7 * 24 * 3600.0  # seconds a finished job and its video are kept (expires_at); 0: forever
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -165,16 +177,27 @@ class ServeConfig:
     max_fps: int = 60
 
     def __post_init__(self):
-        if isinstance(self.api_keys, str) or not all(isinstance(k, str) and k for k in self.api_keys):
-            raise UserInputError("serve.api_keys must be a list of non-empty strings")
-        object.__setattr__(self, "api_keys", tuple(self.api_keys))
+        for name in ("api_keys", "admin_keys", "allowed_hosts"):
+            value = getattr(self, name)
+            if isinstance(value, str) or not all(isinstance(k, str) and k for k in value):
+                raise UserInputError(f"serve.{name} must be a list of non-empty strings")
+            object.__setattr__(self, name, tuple(value))
+        if not set(self.admin_keys) <= set(self.api_keys):
+            raise UserInputError("serve.admin_keys must also be listed in serve.api_keys (they authenticate as keys)")
         for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",
-                     "max_prompt_chars", "max_side", "max_frames", "max_fps"):
+                     "max_prompt_chars", "max_side", "max_frames", "max_fps", "max_pixels", "max_body_bytes",
+                     "max_upload_bytes", "max_event_streams", "max_event_streams_per_key", "max_attempts"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
             raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
+        for name in ("event_stream_max_s", "retention"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
+                    (name == "event_stream_max_s" and value == 0):
+                raise UserInputError(f"serve.{name} must be a number of seconds ({'>= 0' if name == 'retention' else '> 0'}), "
+                                     f"got {value!r}")
         if isinstance(self.job_lease_s, bool) or not isinstance(self.job_lease_s, (int, float)) or self.job_lease_s < 1:
             raise UserInputError(f"serve.job_lease_s must be a number of seconds >= 1, got {self.job_lease_s!r}")
         if self.database_url is not None and (not isinstance(self.database_url, str) or "://" not in self.database_url):

@@ -145,3 +145,17 @@ def test_claimers_in_separate_processes_never_share_a_job(store_url):
     assert all(seed.get(job).owner == name for name, ids in taken.items() for job in ids)
     assert sum(1 for ids in taken.values() if ids) >= 2  # they did compete
     seed.close()
+
+
+def test_an_owner_hands_its_attempt_back_and_finished_jobs_age_out(store_url):
+    store = JobStore(store_url)
+    _fill(store, 3)
+    claimed = store.claim("a", 30)
+    assert store.update_owned(claimed.id, "a", 1, status="queued", owner=None, lease_until=None)  # the column
+    assert store.get(claimed.id).owner is None and store.claim("b", 30).id == claimed.id
+    store.update_owned(claimed.id, "b", 2, status="failed", extras={"finished_at": 2000.0})
+    other = store.claim("b", 30)
+    store.update_owned(other.id, "b", 1, status="completed", completed_at=3000.0)
+    assert store.finished_before(2500.0) == [claimed.id]  # finished_at 2000, not created_at 1000
+    assert store.finished_before(3500.0) == [claimed.id, other.id]  # never the queued third
+    store.close()

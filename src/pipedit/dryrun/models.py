@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 from collections.abc import Iterator
 from pathlib import Path
 

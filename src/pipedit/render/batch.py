@@ -2,10 +2,15 @@
 
 Runners (local.py, remote.py) do the rendering and report back through `step` and `finished`,
 always from the thread that called `run` (the manifest and the bar are not shared across threads).
+
+Exit codes of `run`: 0 every line has its video; 1 some line failed; EXIT_OUTPUT_ERROR (3) the
+output folder could not be written (the manifest, or a video on a full disk): the run stops
+with one line on stderr, and a rerun resumes once there is room.
 """
 
 from __future__ import annotations
 
+import errno
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -16,6 +21,16 @@ from . import manifest
 from .prompts import RenderLine
 
 Runner = Callable[[list[RenderLine], Path, "Batch"], None]
+EXIT_OUTPUT_ERROR = 3
+
+
+class OutputError(Exception):
+    """The output folder cannot be written (e.g. the disk is full): the run cannot go on."""
+
+
+def stops_the_run(error: OSError) -> bool:
+    """Write errors after which no later line could be written either."""
+    return error.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
 
 class Batch:
@@ -38,17 +53,24 @@ class Batch:
                         desc="rendering", file=sys.stderr, disable=quiet)
 
     def run(self, runner: Runner) -> int:
-        """Renders what is pending; returns the exit code (0 only when every line has its video)."""
-        self.out_dir.mkdir(parents=True, exist_ok=True)
-        self._save()
+        """Renders what is pending; returns the exit code (0 only when every line has its video;
+        1 when a line failed; EXIT_OUTPUT_ERROR when the output folder cannot be written)."""
         try:
-            if self.pending:
-                runner(self.pending, self.out_dir, self)
-        finally:
-            self.bar.close()
-        for line in self.pending:  # a runner that returned without reporting a line
-            if line.name not in self.outcome:
-                self.finished(line, error="the renderer stopped before this line finished")
+            try:
+                self.out_dir.mkdir(parents=True, exist_ok=True)
+                self._remove_partials()
+                self._save()
+                if self.pending:
+                    runner(self.pending, self.out_dir, self)
+            finally:
+                self.bar.close()
+            for line in self.pending:  # a runner that returned without reporting a line
+                if line.name not in self.outcome:
+                    self.finished(line, error="the renderer stopped before this line finished")
+        except OutputError as error:
+            print(f"pipedit: error: {error}; free some space and rerun the same command to resume",
+                  file=sys.stderr)
+            return EXIT_OUTPUT_ERROR
         print(self.summary())
         return 0 if all(status != "failed" for status in self.outcome.values()) else 1
 
@@ -72,8 +94,25 @@ class Batch:
         self.entries[line.name] = entry
         self.outcome[line.name] = outcome
 
+    def write_failed(self, line: RenderLine, error: OSError) -> None:
+        """A runner could not write `line`'s video: the line fails; on a full disk the run stops."""
+        self.finished(line, error=str(error))
+        if stops_the_run(error):
+            raise OutputError(f"cannot write {self.out_dir / line.file_name}: {error}")
+
     def _save(self) -> None:
-        manifest.write(self.out_dir, [self.entries[line.name] for line in self.lines])
+        path = self.out_dir / manifest.MANIFEST
+        try:
+            manifest.write(self.out_dir, [self.entries[line.name] for line in self.lines])
+        except OSError as error:
+            raise OutputError(f"cannot write {path}: {error.strerror or error}") from None
+
+    def _remove_partials(self) -> None:
+        """Temporary files a killed run left for the lines about to render."""
+        from ..video import temp_name
+
+        for line in self.pending:
+            temp_name(self.out_dir / line.file_name).unlink(missing_ok=True)
 
     def summary(self) -> str:
         rows = [("line", "name", "status", "latency", "file / error")]

@@ -17,7 +17,7 @@ from ..adapter import VideoShape
 from ..config import EngineConfig
 from ..errors import UserInputError
 from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest
-from ..video import write_mp4
+from ..video import VideoWriteError, write_mp4
 from .batch import Batch
 from .prompts import RenderLine, Validator
 
@@ -100,5 +100,9 @@ class LocalRunner:
         if isinstance(outcome, RequestFailure):
             batch.finished(line, error=outcome.message)
             return
-        write_mp4(outcome.frames, out_dir / line.file_name, fps=line.settings["fps"])
+        try:
+            write_mp4(outcome.frames, out_dir / line.file_name, fps=line.settings["fps"])
+        except VideoWriteError as error:  # nothing under the final name; a full disk stops the run
+            batch.write_failed(line, error)
+            return
         batch.finished(line, timings=outcome.timings, latency_s=time.perf_counter() - began)

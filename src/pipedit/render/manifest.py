@@ -14,6 +14,7 @@ import json
 import os
 from pathlib import Path
 
+from ..video import fsync_dir
 from .prompts import RenderLine
 
 MANIFEST = "manifest.jsonl"
@@ -36,14 +37,21 @@ def load(out_dir: Path) -> dict[str, dict]:
 
 
 def write(out_dir: Path, entries: list[dict]) -> Path:
+    """Writes aside, fsyncs, renames. OSError (e.g. ENOSPC) leaves the previous manifest and no
+    partial file behind."""
     path = out_dir / MANIFEST
     partial = out_dir / f".{MANIFEST}.partial"
-    with open(partial, "w", encoding="utf-8") as file:
-        for entry in entries:
-            file.write(json.dumps(entry, sort_keys=False) + "\n")
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(partial, path)
+    try:
+        with open(partial, "w", encoding="utf-8") as file:
+            for entry in entries:
+                file.write(json.dumps(entry, sort_keys=False) + "\n")
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    fsync_dir(out_dir)
     return path
 
 

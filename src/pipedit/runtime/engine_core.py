@@ -12,7 +12,14 @@ next request.
 
 Failures of the rank group (a rank died, hung, ran out of memory): the requests in flight are
 queued again at the front (up to `reliability.retries` times, then they fail with the cause),
-the group is rebuilt while `health` says degraded, and the queue goes on.
+the group is rebuilt while `health` says degraded, and the queue goes on. A request error
+(`is_request_error`: the request itself is bad, e.g. its prompt cannot be encoded) fails that
+request at once: it is not retried, and when only the prompt's encoding raised, the group is
+not rebuilt for it.
+
+Outcomes kept for `wait` (no on_outcome) are dropped after OUTCOME_KEEP_S if nobody takes
+them, and `discard` drops one at once (or when it arrives): a caller that loses interest in a
+request (its job was deleted) never leaves a decoded video behind.
 
 Invariant: only the loop thread calls the scheduler and the executor.
 """
@@ -29,12 +36,27 @@ from ..config import EngineConfig
 from ..errors import UserInputError
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from .engine import Engine
+from .rank_failure import RankGroupError
 from .scheduler import EventCallback, Outcome
 
 _log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5  # nothing queued, nothing decoding: how long the loop sleeps between checks
 POLL_WAIT_S = 0.02  # nothing queued, decodes in flight: how often it polls them
 REBUILD_BACKOFF_S = (1.0, 30.0)  # wait before retrying a failed rebuild: first, longest
+OUTCOME_KEEP_S = 600.0  # an outcome nobody waited for is dropped after this long
+# Errors a request raises every time it runs (its input is bad), wherever they were raised.
+REQUEST_ERRORS = (UserInputError, UnicodeError)
+
+
+def is_request_error(error: BaseException | None) -> bool:
+    """Whether `error` (or what caused it, e.g. a rank's exception inside a RankGroupError) says
+    the request itself is bad, so running it again fails again."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, REQUEST_ERRORS):
+            return True
+        error, seen = error.__cause__, seen + 1
+    return False
 
 
 class EngineCore:
@@ -48,6 +70,8 @@ class EngineCore:
         self._running: set[str] = set()  # admitted, not finished
         self._cancelled: set[str] = set()
         self._outcomes: dict[str, Outcome] = {}
+        self._kept_at: dict[str, float] = {}  # request id -> when its outcome was kept (monotonic)
+        self._discarded: set[str] = set()  # requests whose outcome nobody will take
         self._listeners: list[EventCallback] = []
         self._stopping = False
         self._attempts: dict[str, int] = {}  # request id -> retries so far
@@ -95,7 +119,17 @@ class EngineCore:
         with self._lock:
             if not self._lock.wait_for(lambda: request_id in self._outcomes, timeout):
                 raise TimeoutError(f"request {request_id} has not ended within {timeout} s")
+            self._kept_at.pop(request_id, None)
             return self._outcomes.pop(request_id)
+
+    def discard(self, request_id: str) -> None:
+        """Nobody will `wait` for this request: drop its outcome now, or when it arrives (a
+        decoded video is tens of MB). Call it after `cancel` for a request you abandon."""
+        with self._lock:
+            self._kept_at.pop(request_id, None)
+            if self._outcomes.pop(request_id, None) is None and (
+                    request_id in self._running or any(r.request_id == request_id for r in self._queue)):
+                self._discarded.add(request_id)
 
     @property
     def accepting(self) -> bool:
@@ -139,6 +173,7 @@ class EngineCore:
             try:
                 for outcome in run.submit(request) if request is not None else run.poll():
                     self._finish(outcome)
+                    self._forgive(run, outcome)
             except Exception:  # noqa: BLE001 - the loop must outlive any one request
                 _log.exception("engine loop error")
             if run.broken is not None:
@@ -167,9 +202,21 @@ class EngineCore:
         _log.warning("rank group rebuilt in %.1f s", time.monotonic() - started)
         self._health = ("ok", None)
 
+    @staticmethod
+    def _forgive(run, outcome: Outcome) -> None:
+        """A prompt whose encoding raised a request error (one rank call, no collective) leaves
+        the group intact: no rebuild for it (the executor reports any rank exception as a group
+        failure)."""
+        if isinstance(outcome, RequestFailure) and outcome.phase == "encode" and run.broken is outcome.error \
+                and isinstance(outcome.error, RankGroupError) and is_request_error(outcome.error):
+            _log.warning("request %s failed with a request error while encoding (%s); the rank group stays",
+                         outcome.request_id, outcome.error)
+            run.broken = None
+
     def _retry(self, request: VideoRequest, error: BaseException) -> bool:
-        """Queues a request that failed with the group again, at the front, if it has retries left."""
-        if isinstance(error, (RequestCancelled, UserInputError)):
+        """Queues a request that failed with the group again, at the front, if it has retries left.
+        Never a cancelled request, nor one that failed with a request error (it would fail again)."""
+        if isinstance(error, RequestCancelled) or is_request_error(error):
             return False
         with self._lock:
             done = self._attempts.get(request.request_id, 0)
@@ -200,11 +247,21 @@ class EngineCore:
         with self._lock:
             retries = self._attempts.pop(outcome.request_id, 0)
             if retries and isinstance(outcome, RequestFailure) and not outcome.cancelled:
-                outcome.error = RuntimeError(f"{outcome.error} (the last of {retries + 1} attempts)")
+                wrapped = RuntimeError(f"{outcome.error} (the last of {retries + 1} attempts)")
+                wrapped.__cause__, outcome.error = outcome.error, wrapped
             self._running.discard(outcome.request_id)
             self._cancelled.discard(outcome.request_id)
             if self._on_outcome is None:
-                self._outcomes[outcome.request_id] = outcome
+                now = time.monotonic()
+                for stale in [i for i, at in self._kept_at.items() if now - at > OUTCOME_KEEP_S]:
+                    _log.warning("dropping the outcome of %s: nobody took it within %.0f s", stale, OUTCOME_KEEP_S)
+                    self._outcomes.pop(stale, None)
+                    self._kept_at.pop(stale, None)
+                if outcome.request_id in self._discarded:
+                    self._discarded.discard(outcome.request_id)
+                else:
+                    self._outcomes[outcome.request_id] = outcome
+                    self._kept_at[outcome.request_id] = now
             self._lock.notify_all()
         if self._on_outcome is not None:
             try:

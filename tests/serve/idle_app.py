@@ -1,0 +1,70 @@
+"""An app over a JobService whose engine runs nothing (IdleEngine), served on loopback, for tests
+of the HTTP layer: tenants, hostile input, cross-site requests. Plus a raw HTTP/1.1 client for
+requests urllib cannot send (bodies it would not send whole, chunked bodies)."""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from pipedit.config import GenerationDefaults
+from pipedit.serve.api import build_app
+from pipedit.serve.jobs import JobService
+from pipedit.serve.params import ServiceLimits
+from pipedit.serve.store import JobStore
+from serve_helpers import IdleEngine, serve_in_thread
+
+
+@dataclass
+class IdleApp:
+    service: JobService
+    url: str
+    stop: callable
+
+    def close(self) -> None:
+        self.stop()
+        self.service.close()
+        self.service.store.close()
+
+
+def start_idle(folder: Path, *, limits: ServiceLimits = ServiceLimits(), store: JobStore | None = None,
+               retention: float | None = None, **app_options) -> IdleApp:
+    """`app_options`: build_app's (api_keys, admin_keys, host, allowed_hosts)."""
+    extra = {} if retention is None else {"retention": retention}
+    service = JobService(IdleEngine(), store or JobStore.in_folder(folder), folder, "demo",
+                         GenerationDefaults(64, 64, 5, 2), limits, **extra)
+    url, stop = serve_in_thread(build_app(service, **app_options))
+    return IdleApp(service, url, stop)
+
+
+def raw_request(url: str, head: str, body_parts: list[bytes] = (), timeout: float = 30) -> tuple[int, bytes]:
+    """Sends `head` (request line and headers, without the blank line) and then `body_parts` as
+    they are; returns the status and the response's body (read until the server closes or the
+    Content-Length is complete)."""
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=timeout) as conn:
+        conn.sendall(head.rstrip("\r\n").encode() + b"\r\n\r\n")
+        for part in body_parts:
+            try:
+                conn.sendall(part)
+            except (BrokenPipeError, ConnectionResetError):
+                break  # the server has answered and closed: read what it said
+        data = b""
+        while b"\r\n\r\n" not in data or len(data) < _expected(data):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    head_text, _, payload = data.partition(b"\r\n\r\n")
+    return int(head_text.split()[1]), payload
+
+
+def _expected(data: bytes) -> int:
+    head, _, _ = data.partition(b"\r\n\r\n")
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            return len(head) + 4 + int(value)
+    return 1 << 62

@@ -1,0 +1,93 @@
+"""Another web page the user visits must not drive the API from the user's browser: POST and
+DELETE from a foreign Origin, or marked Sec-Fetch-Site: cross-site, get 403; bodies that a page
+can send without asking (text/plain, urlencoded) get 415; on loopback only loopback Host names
+(and serve.allowed_hosts) are answered, against DNS rebinding. Clients that are not browsers
+(curl, the OpenAI SDK) send no Origin and keep working, JSON or multipart."""
+
+import pytest
+
+from idle_app import start_idle
+from serve_helpers import call
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    running = start_idle(tmp_path_factory.mktemp("cross"), allowed_hosts=("pipedit.lan",))
+    yield running
+    running.close()
+
+
+def _error(reply, status, code):
+    assert reply.status == status, reply.body
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code, error
+    return error
+
+
+def _port(app):
+    return app.url.rsplit(":", 1)[1]
+
+
+def test_a_foreign_origin_cannot_post_or_delete(app):
+    # What the review sent: a page elsewhere posting JSON as text/plain (no preflight), and as JSON.
+    for headers in ({"Origin": "https://evil.example", "Content-Type": "text/plain"},
+                    {"Origin": "https://evil.example", "Content-Type": "application/json"},
+                    {"Origin": "null", "Content-Type": "application/json"},
+                    {"Origin": f"http://localhost:{int(_port(app)) + 1}", "Content-Type": "application/json"},
+                    {"Sec-Fetch-Site": "cross-site", "Content-Type": "application/json"}):
+        reply = call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a fox"}', headers=headers)
+        error = _error(reply, 403, "cross_site_request")
+        assert "Origin" in error["message"] or "cross-site" in error["message"]
+    video_id = call("POST", f"{app.url}/v1/videos", {"prompt": "mine"}).json()["id"]
+    _error(call("DELETE", f"{app.url}/v1/videos/{video_id}", headers={"Origin": "https://evil.example"}),
+           403, "cross_site_request")
+    assert call("GET", f"{app.url}/v1/videos/{video_id}").status == 200  # still there
+
+
+def test_the_servers_own_page_and_non_browser_clients_pass(app):
+    own = {"Origin": app.url, "Sec-Fetch-Site": "same-origin"}
+    assert call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=own).status == 200
+    local = {"Origin": f"http://localhost:{_port(app)}", "Host": f"localhost:{_port(app)}"}
+    video_id = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=local).json()["id"]
+    assert call("DELETE", f"{app.url}/v1/videos/{video_id}", headers=own).status == 200
+    # A cross-site GET is harmless (no state changes): reading needs the key when there is one.
+    assert call("GET", f"{app.url}/v1/videos", headers={"Origin": "https://evil.example"}).status == 200
+
+
+def test_bodies_a_page_can_send_unasked_are_415(app):
+    for content_type in ("text/plain", "application/x-www-form-urlencoded", None):
+        headers = {"Content-Type": content_type} if content_type else {}
+        error = _error(call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a fox"}', headers=headers),
+                       415, "unsupported_media_type")
+        assert "application/json" in error["message"]
+    assert call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a fox"}',
+                headers={"Content-Type": "application/json; charset=utf-8"}).status == 200
+    boundary = "b0undary"
+    form = f"--{boundary}\r\nContent-Disposition: form-data; name=\"prompt\"\r\n\r\na fox\r\n--{boundary}--\r\n"
+    assert call("POST", f"{app.url}/v1/videos", data=form.encode(),
+                headers={"Content-Type": f"multipart/form-data; boundary={boundary}"}).status == 200
+
+
+def test_on_loopback_only_loopback_host_names_and_allowed_hosts_are_answered(app):
+    port = _port(app)
+    for host in ("evil.example", f"evil.example:{port}", f"attacker.rebind.network:{port}", "10.0.0.1"):
+        error = _error(call("GET", f"{app.url}/v1/videos", headers={"Host": host}), 400, "host_not_allowed")
+        assert "serve.allowed_hosts" in error["message"]
+    _error(call("GET", f"{app.url}/", headers={"Host": "evil.example"}), 400, "host_not_allowed")
+    for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost", f"pipedit.lan:{port}",
+                 "PipEdit.LAN"):
+        assert call("GET", f"{app.url}/v1/videos", headers={"Host": host}).status == 200, host
+
+
+def test_bound_to_all_interfaces_any_host_is_answered(tmp_path):
+    running = start_idle(tmp_path, host="0.0.0.0")
+    try:
+        assert call("GET", f"{running.url}/v1/videos", headers={"Host": "gpu-box.example:8000"}).status == 200
+        # The Origin check still holds, against the Host the request names.
+        assert call("POST", f"{running.url}/v1/videos", {"prompt": "a fox"},
+                    headers={"Host": "gpu-box.example:8000", "Origin": "http://gpu-box.example:8000"}).status == 200
+        _error(call("POST", f"{running.url}/v1/videos", {"prompt": "a fox"},
+                    headers={"Host": "gpu-box.example:8000", "Origin": "http://other.example"}),
+               403, "cross_site_request")
+    finally:
+        running.close()

@@ -1,0 +1,146 @@
+"""Requests meant to break the server get a 4xx (or 503) with OpenAI's error body, never a 500:
+a lone surrogate in the prompt, a stored row that UTF-8 cannot carry, JSON nested 100000 deep,
+bodies over serve.max_body_bytes (announced or chunked), a request over serve.max_pixels, and a
+store another process holds locked. And the Video's expires_at follows serve.retention."""
+
+import sqlite3
+import time
+
+import pytest
+
+from pipedit.serve.params import ServiceLimits
+from pipedit.serve.store import JobRecord, JobStore
+from idle_app import raw_request, start_idle
+from serve_helpers import call
+
+CAP = ServiceLimits().max_body_bytes
+PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 24, "num_inference_steps": 2,
+          "guidance_scale": 6.0, "seed": 1, "seconds": "0.208"}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory):
+    running = start_idle(tmp_path_factory.mktemp("hostile"), limits=ServiceLimits(max_queued=1000))
+    yield running
+    running.close()
+
+
+def _error(reply, status, code, param=None):
+    assert reply.status == status, reply.body
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code, error
+    if param is not None:
+        assert error["param"] == param, error
+    return error
+
+
+def test_a_lone_surrogate_in_the_prompt_is_refused_before_it_is_stored(app):
+    before = app.service.store.count("queued")
+    reply = call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a \\ud800 fox"}',
+                 headers={"Content-Type": "application/json"})
+    error = _error(reply, 400, "invalid_prompt", "prompt")
+    assert "surrogate" in error["message"]
+    assert app.service.store.count("queued") == before
+    _error(call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a fox", "size": "64x64\\udc00"}',
+                headers={"Content-Type": "application/json"}), 400, "invalid_value", "size")
+    assert call("GET", f"{app.url}/v1/videos").status == 200
+    # A proper pair (an emoji written as two escapes) is text, and is taken.
+    ok = call("POST", f"{app.url}/v1/videos", data=b'{"prompt": "a \\ud83e\\udd8a"}',
+              headers={"Content-Type": "application/json"})
+    assert ok.status == 200 and ok.json()["prompt"] == "a \U0001f98a"
+
+
+def test_a_stored_row_utf8_cannot_carry_never_fails_a_read(app):
+    app.service.store.add(JobRecord(id="video_surrogate", status="failed", created_at=time.time(),
+                                    params=dict(PARAMS, prompt="a \ud800 fox"), extras={"stage": "failed"},
+                                    error={"code": "x", "message": "bad \udfff"}))
+    listed = call("GET", f"{app.url}/v1/videos?limit=100")
+    assert listed.status == 200, listed.body
+    video = next(v for v in listed.json()["data"] if v["id"] == "video_surrogate")
+    assert video["prompt"] == "a \ufffd fox" and video["error"]["message"] == "bad \ufffd"
+    assert call("GET", f"{app.url}/v1/videos/video_surrogate").json()["prompt"] == "a \ufffd fox"
+    # A row that does not make a Video at all is shown as failed, not as a 500 for every list.
+    app.service.store.add(JobRecord(id="video_damaged", status="queued", created_at=time.time(), params={}))
+    listed = call("GET", f"{app.url}/v1/videos?limit=100")
+    assert listed.status == 200, listed.body
+    damaged = next(v for v in listed.json()["data"] if v["id"] == "video_damaged")
+    assert damaged["status"] == "failed" and damaged["error"]["code"] == "unreadable_job"
+    for video_id in ("video_surrogate", "video_damaged"):
+        assert call("DELETE", f"{app.url}/v1/videos/{video_id}").status == 200
+
+
+def test_json_nested_100000_deep_is_400(app):
+    for body in (b"[" * 100_000, b'{"prompt": ' + b"[" * 100_000):
+        _error(call("POST", f"{app.url}/v1/videos", data=body, headers={"Content-Type": "application/json"}),
+               400, "invalid_body")
+    assert call("GET", f"{app.url}/healthz").status == 200
+
+
+def test_a_body_announced_over_the_cap_is_refused_before_it_is_read(app):
+    # The review's 300 MB multipart upload: the headers alone get the 413 (no body byte is sent).
+    status, body = raw_request(app.url, "POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "Content-Type: multipart/form-data; boundary=x\r\nContent-Length: 300000000")
+    assert status == 413 and b"body_too_large" in body and b"serve.max_body_bytes" in body
+    status, body = raw_request(app.url, f"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               f"Content-Type: application/json\r\nContent-Length: {CAP + 1}")
+    assert status == 413 and b"body_too_large" in body
+
+
+def test_a_chunked_body_just_over_the_cap_is_413(app):
+    data = b'{"prompt": "a fox"' + b" " * (CAP - 18) + b"}"  # CAP + 1 bytes of valid JSON
+    assert len(data) == CAP + 1
+    chunks = [data[i:i + 65536] for i in range(0, len(data), 65536)]
+    status, body = raw_request(app.url, "POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                               "Content-Type: application/json\r\nTransfer-Encoding: chunked",
+                               [b"%x\r\n%s\r\n" % (len(c), c) for c in chunks] + [b"0\r\n\r\n"])
+    assert status == 413 and b"body_too_large" in body, body
+
+
+def test_a_body_at_the_cap_is_read(app):
+    data = b'{"prompt": "a fox"' + b" " * (CAP - 19) + b"}"
+    assert len(data) == CAP
+    reply = call("POST", f"{app.url}/v1/videos", data=data, headers={"Content-Type": "application/json"})
+    assert reply.status == 200, reply.body
+
+
+def test_pixels_are_capped_whatever_the_steps(app):
+    # Under max_cost at 6 steps, yet 7.9x the pixels of 1280x720x129.
+    error = _error(call("POST", f"{app.url}/v1/videos", {"prompt": "a fox", "size": "1920x1920", "num_frames": 257,
+                                                          "num_inference_steps": 6}), 400, "too_many_pixels", "size")
+    assert "serve.max_pixels" in error["message"] and f"{ServiceLimits().max_pixels:,}" in error["message"]
+    error = _error(call("POST", f"{app.url}/v1/videos", {"prompt": "a fox", "size": "1280x720", "num_frames": 129,
+                                                          "num_inference_steps": 51}), 400, "cost_too_high", "size")
+    assert "serve.max_cost" in error["message"]
+
+
+def test_a_locked_sqlite_store_is_503_server_busy(tmp_path):
+    store = JobStore.in_folder(tmp_path, busy_timeout_s=0.2)
+    app = start_idle(tmp_path, store=store)
+    holder = sqlite3.connect(tmp_path / "jobs.sqlite", isolation_level=None)
+    try:
+        holder.execute("BEGIN EXCLUSIVE")  # another process's long write
+        started = time.monotonic()
+        reply = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"})
+        error = _error(reply, 503, "server_busy")
+        assert int(reply.headers["retry-after"]) >= 1 and "retry" in error["message"]
+        assert time.monotonic() - started < 5
+        holder.execute("ROLLBACK")
+        assert call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}).status == 200
+    finally:
+        holder.close()
+        app.close()
+
+
+def test_expires_at_follows_the_retention(tmp_path):
+    now = time.time()
+    for retention, expected in ((3600.0, int(now + 3600)), (0.0, None)):
+        app = start_idle(tmp_path / str(retention), retention=retention)
+        try:
+            app.service.store.add(JobRecord(id="video_done", status="completed", created_at=now - 5, params=PARAMS,
+                                            completed_at=now, extras={"stage": "done"}))
+            app.service.store.add(JobRecord(id="video_waits", status="queued", created_at=now, params=PARAMS,
+                                            extras={"stage": "queued"}))
+            assert call("GET", f"{app.url}/v1/videos/video_done").json()["expires_at"] == expected
+            assert call("GET", f"{app.url}/v1/videos/video_waits").json()["expires_at"] is None
+        finally:
+            app.close()

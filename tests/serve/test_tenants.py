@@ -1,0 +1,147 @@
+"""Tenant isolation: with API keys, a job is its creator's key's. Other keys get 404 for it on
+every route (get, content, events, delete) and do not see it in lists; serve.admin_keys see all.
+Rows without an owner (older stores, or made while the server had no keys) are admins' only;
+without keys everyone sees every job. Old stores get the owner column at startup."""
+
+import json
+import time
+
+import pytest
+from sqlalchemy import create_engine, text
+
+from pipedit.serve.admission import client_of
+from pipedit.serve.store import JobRecord, JobStore
+from idle_app import start_idle
+from serve_helpers import call
+
+ALICE, BOB, ADMIN = "alice-key", "bob-key", "admin-key"
+PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 24, "num_inference_steps": 2,
+          "guidance_scale": 6.0, "seed": 1, "seconds": "0.208"}
+
+
+def _as(key):
+    return {"Authorization": f"Bearer {key}"}
+
+
+def _error(reply, status, code):
+    assert reply.status == status, reply.body
+    error = reply.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"} and error["code"] == code, error
+    return error
+
+
+@pytest.fixture
+def keyed(tmp_path):
+    app = start_idle(tmp_path, api_keys=(ALICE, BOB, ADMIN), admin_keys=(ADMIN,))
+    yield app
+    app.close()
+
+
+def _complete(app, video_id):
+    """Marks a job completed with an mp4 (the idle engine makes none)."""
+    (app.service.videos_dir / f"{video_id}.mp4").write_bytes(b"\0\0\0\x18ftypmp42 fake mp4")
+    assert app.service.store.update(video_id, status="completed", progress=100, completed_at=time.time(),
+                                    video_file=f"{video_id}.mp4")
+
+
+def test_a_job_is_invisible_to_other_keys(keyed):
+    url = keyed.url
+    created = call("POST", f"{url}/v1/videos", {"prompt": "alice's fox", "size": "64x64"}, headers=_as(ALICE))
+    assert created.status == 200, created.body
+    video_id = created.json()["id"]
+    _complete(keyed, video_id)
+    # What the review sent as Bob: list, download, delete (all were 200).
+    assert video_id not in [v["id"] for v in call("GET", f"{url}/v1/videos", headers=_as(BOB)).json()["data"]]
+    _error(call("GET", f"{url}/v1/videos/{video_id}", headers=_as(BOB)), 404, "video_not_found")
+    _error(call("GET", f"{url}/v1/videos/{video_id}/content", headers=_as(BOB)), 404, "video_not_found")
+    _error(call("GET", f"{url}/v1/videos/{video_id}/events", headers=_as(BOB)), 404, "video_not_found")
+    _error(call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(BOB)), 404, "video_not_found")
+    _error(call("GET", f"{url}/v1/videos?after={video_id}", headers=_as(BOB)), 400, "invalid_value")
+    # Alice still has it, whole.
+    assert [v["id"] for v in call("GET", f"{url}/v1/videos", headers=_as(ALICE)).json()["data"]] == [video_id]
+    assert call("GET", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).json()["status"] == "completed"
+    content = call("GET", f"{url}/v1/videos/{video_id}/content", headers=_as(ALICE))
+    assert content.status == 200 and content.body[4:8] == b"ftyp"
+    # The admin sees and may delete every key's jobs.
+    assert video_id in [v["id"] for v in call("GET", f"{url}/v1/videos", headers=_as(ADMIN)).json()["data"]]
+    assert call("GET", f"{url}/v1/videos/{video_id}/content", headers=_as(ADMIN)).status == 200
+    assert call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(ADMIN)).json()["deleted"] is True
+    assert call("GET", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).status == 404
+
+
+def test_each_key_lists_only_its_own_and_pages_within_them(keyed):
+    url = keyed.url
+    mine = [call("POST", f"{url}/v1/videos", {"prompt": f"bob {i}"}, headers=_as(BOB)).json()["id"] for i in range(3)]
+    theirs = call("POST", f"{url}/v1/videos", {"prompt": "alice"}, headers=_as(ALICE)).json()["id"]
+    first = call("GET", f"{url}/v1/videos?limit=2&order=asc", headers=_as(BOB)).json()
+    assert [v["id"] for v in first["data"]] == mine[:2] and first["has_more"] is True
+    rest = call("GET", f"{url}/v1/videos?limit=2&order=asc&after={first['last_id']}", headers=_as(BOB)).json()
+    assert [v["id"] for v in rest["data"]] == mine[2:] and rest["has_more"] is False
+    everything = call("GET", f"{url}/v1/videos?limit=100", headers=_as(ADMIN)).json()["data"]
+    assert {v["id"] for v in everything} == {*mine, theirs}
+    # The owner is a digest of the key, the same one the per-key queue limit counts.
+    record = keyed.service.store.get(theirs)
+    assert record.client == client_of(ALICE) and ALICE not in record.client
+    assert keyed.service.store.count("queued", client=client_of(BOB)) == 3
+
+
+def test_rows_without_owner_are_for_admins_when_keys_are_set(keyed, tmp_path):
+    keyed.service.store.add(JobRecord(id="video_old", status="failed", created_at=1.0, params=PARAMS,
+                                      extras={"stage": "failed"}, error={"code": "x", "message": "old"}))
+    _error(call("GET", f"{keyed.url}/v1/videos/video_old", headers=_as(ALICE)), 404, "video_not_found")
+    assert call("GET", f"{keyed.url}/v1/videos", headers=_as(ALICE)).json()["data"] == []
+    assert call("GET", f"{keyed.url}/v1/videos/video_old", headers=_as(ADMIN)).status == 200
+
+
+def test_without_keys_everyone_sees_every_job(tmp_path):
+    app = start_idle(tmp_path)
+    try:
+        app.service.store.add(JobRecord(id="video_old", status="queued", created_at=1.0, params=PARAMS,
+                                        extras={"stage": "queued"}))
+        app.service.store.add(JobRecord(id="video_keyed", status="queued", created_at=2.0, params=PARAMS,
+                                        extras={"stage": "queued"}, client=client_of(ALICE)))
+        assert {v["id"] for v in call("GET", f"{app.url}/v1/videos").json()["data"]} == {"video_old", "video_keyed"}
+        assert call("GET", f"{app.url}/v1/videos/video_keyed").status == 200
+        assert call("DELETE", f"{app.url}/v1/videos/video_old").status == 200
+    finally:
+        app.close()
+
+
+def test_admin_keys_must_be_api_keys(tmp_path):
+    with pytest.raises(ValueError, match="admin_keys"):
+        start_idle(tmp_path, api_keys=(ALICE,), admin_keys=(ADMIN,))
+
+
+def test_the_web_page_stays_open_with_keys(keyed):
+    assert call("GET", f"{keyed.url}/").status == 200
+    assert call("GET", f"{keyed.url}/v1/pipedit/options").json()["api_key_required"] is True
+    # What the page sends: JSON with its Bearer key, from its own origin.
+    reply = call("POST", f"{keyed.url}/v1/videos", {"prompt": "from the page"},
+                 headers={**_as(ALICE), "Origin": keyed.url, "Sec-Fetch-Site": "same-origin"})
+    assert reply.status == 200, reply.body
+
+
+def test_an_old_store_gets_the_owner_column(store_url):
+    """A jobs table from before owners (no owner/lease/attempt/client columns) keeps working:
+    the columns are added at startup, once, and its rows have no owner."""
+    engine = create_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(text("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
+                          "progress INTEGER NOT NULL, created_at FLOAT NOT NULL, completed_at FLOAT, "
+                          "params JSON NOT NULL, extras JSON NOT NULL, error JSON, video_file VARCHAR(255))"))
+        conn.execute(text("INSERT INTO jobs (id, status, progress, created_at, params, extras) "
+                          "VALUES ('video_old', 'completed', 100, 1.0, :params, '{}')"), {"params": json.dumps(PARAMS)})
+    engine.dispose()
+    for _ in range(2):  # idempotent: the second start finds the columns
+        store = JobStore(store_url)
+        assert store.get("video_old").client is None
+        store.close()
+    store = JobStore(store_url)
+    try:
+        store.add(JobRecord(id="video_new", status="queued", created_at=2.0, params=PARAMS, client="c1"))
+        assert [r.id for r in store.list(client="c1")[0]] == ["video_new"]
+        assert {r.id for r in store.list()[0]} == {"video_old", "video_new"}
+        with pytest.raises(KeyError):
+            store.list(after="video_old", client="c1")
+    finally:
+        store.close()
