@@ -1,5 +1,6 @@
-"""Which failed rank calls keep the rank group: only a decode that raised outside any transfer
-and not with a sticky CUDA error (a poisoned device fails every later kernel: replace the rank)."""
+"""Which failed rank calls keep the rank group: a decode that raised outside any transfer and not
+with a sticky CUDA error (a poisoned device fails every later kernel: replace the rank), and a
+prompt encoding that raised a request error."""
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from pipedit.runtime.rank_failure import leaves_group_intact
     ("decode", CommunicationError("latent handoff receive from rank 0 failed"), False),
     ("decode", OperationTimeout("latent handoff receive did not complete"), False),
     ("step", ValueError("anything in a step"), False),
+    ("encode_prompt", UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed"), True),
+    ("encode_prompt", RuntimeError("NCCL timeout"), False),
 ])
 def test_what_keeps_the_group(method, cause, intact):
     assert leaves_group_intact(method, cause) is intact

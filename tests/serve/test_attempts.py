@@ -7,8 +7,8 @@ import pytest
 
 from pipedit.errors import InvalidRequestError
 from pipedit.request import VideoRequest
-from pipedit.runtime.engine_core import EngineCore, is_request_error
-from pipedit.runtime.rank_failure import RankGroupError
+from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.rank_failure import RankGroupError, is_request_error, leaves_group_intact
 from pipedit.serve.schemas import VideoCreateParams
 from pipedit.serve.store import JobRecord
 from job_engines import FakeEngine, InstantEngine, service_on
@@ -80,11 +80,13 @@ def _params():
 
 
 def _encode_fails(cause):
-    """A scheduler script: the prompt's encoding raises `cause` on a rank (reported as a group failure)."""
+    """A scheduler script: the prompt's encoding raises `cause` on a rank, reported as the Ray
+    executor reports it (a RankGroupError that rebuilds unless the group is intact)."""
 
     def script(run, request):
         try:
-            raise RankGroupError(f"rank 0 (denoise) failed in encode_prompt: {type(cause).__name__}: {cause}", 0) from cause
+            raise RankGroupError(f"rank 0 (denoise) failed in encode_prompt: {type(cause).__name__}: {cause}", 0,
+                                 rebuild=not leaves_group_intact("encode_prompt", cause)) from cause
         except RankGroupError as error:
             yield from run.failed(request, "encode", error)
 

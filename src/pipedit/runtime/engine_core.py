@@ -14,8 +14,8 @@ Failures of the rank group (a rank died, hung, ran out of memory): the requests 
 queued again at the front (up to `reliability.retries` times, then they fail with the cause),
 the group is rebuilt while `health` says degraded, and the queue goes on. A request error
 (`is_request_error`: the request itself is bad, e.g. its prompt cannot be encoded) fails that
-request at once: it is not retried, and when only the prompt's encoding raised, the group is
-not rebuilt for it.
+request at once: it is not retried (and when only the prompt's encoding raised, the executor
+reports the group intact: rank_failure.leaves_group_intact).
 
 Outcomes kept for `wait` (no on_outcome) are dropped after OUTCOME_KEEP_S if nobody takes
 them, and `discard` drops one at once (or when it arrives): a caller that loses interest in a
@@ -33,10 +33,9 @@ from collections import deque
 from collections.abc import Callable
 
 from ..config import EngineConfig
-from ..errors import UserInputError
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from .engine import Engine
-from .rank_failure import RankGroupError
+from .rank_failure import is_request_error
 from .scheduler import EventCallback, Outcome
 
 _log = logging.getLogger(__name__)
@@ -44,19 +43,6 @@ IDLE_WAIT_S = 0.5  # nothing queued, nothing decoding: how long the loop sleeps 
 POLL_WAIT_S = 0.02  # nothing queued, decodes in flight: how often it polls them
 REBUILD_BACKOFF_S = (1.0, 30.0)  # wait before retrying a failed rebuild: first, longest
 OUTCOME_KEEP_S = 600.0  # an outcome nobody waited for is dropped after this long
-# Errors a request raises every time it runs (its input is bad), wherever they were raised.
-REQUEST_ERRORS = (UserInputError, UnicodeError)
-
-
-def is_request_error(error: BaseException | None) -> bool:
-    """Whether `error` (or what caused it, e.g. a rank's exception inside a RankGroupError) says
-    the request itself is bad, so running it again fails again."""
-    seen = 0
-    while error is not None and seen < 8:
-        if isinstance(error, REQUEST_ERRORS):
-            return True
-        error, seen = error.__cause__, seen + 1
-    return False
 
 
 class EngineCore:
@@ -173,7 +159,6 @@ class EngineCore:
             try:
                 for outcome in run.submit(request) if request is not None else run.poll():
                     self._finish(outcome)
-                    self._forgive(run, outcome)
             except Exception:  # noqa: BLE001 - the loop must outlive any one request
                 _log.exception("engine loop error")
             if run.broken is not None:
@@ -201,17 +186,6 @@ class EngineCore:
                 pause = min(pause * 2, REBUILD_BACKOFF_S[1])
         _log.warning("rank group rebuilt in %.1f s", time.monotonic() - started)
         self._health = ("ok", None)
-
-    @staticmethod
-    def _forgive(run, outcome: Outcome) -> None:
-        """A prompt whose encoding raised a request error (one rank call, no collective) leaves
-        the group intact: no rebuild for it (the executor reports any rank exception as a group
-        failure)."""
-        if isinstance(outcome, RequestFailure) and outcome.phase == "encode" and run.broken is outcome.error \
-                and isinstance(outcome.error, RankGroupError) and is_request_error(outcome.error):
-            _log.warning("request %s failed with a request error while encoding (%s); the rank group stays",
-                         outcome.request_id, outcome.error)
-            run.broken = None
 
     def _retry(self, request: VideoRequest, error: BaseException) -> bool:
         """Queues a request that failed with the group again, at the front, if it has retries left.

@@ -1,11 +1,16 @@
 """Failures of the rank group itself (a rank died, hung, ran out of memory or raised), as opposed
 to a request's own bad input. After one the group's state is unknown (a peer may be stuck in a
 collective), so the engine tears the group down and rebuilds it, unless `rebuild` is False: a
-decode rank that raised outside any communication (e.g. out of memory in the VAE) is intact."""
+decode rank that raised outside any communication (e.g. out of memory in the VAE) is intact, and
+so is the text rank whose prompt encoding raised a request error (one rank call, no collective)."""
 
 import torch
 
 from ..distributed.deadline import CommunicationError
+from ..errors import UserInputError
+
+# Errors a request raises every time it runs (its input is bad), wherever they were raised.
+REQUEST_ERRORS = (UserInputError, UnicodeError)
 
 
 class RankGroupError(RuntimeError):
@@ -15,11 +20,25 @@ class RankGroupError(RuntimeError):
         self.rebuild = rebuild
 
 
+def is_request_error(error: BaseException | None) -> bool:
+    """Whether `error` (or what caused it, e.g. a rank's exception inside a RankGroupError) says
+    the request itself is bad, so running it again fails again."""
+    seen = 0
+    while error is not None and seen < 8:
+        if isinstance(error, REQUEST_ERRORS):
+            return True
+        error, seen = error.__cause__, seen + 1
+    return False
+
+
 def leaves_group_intact(method: str, cause: BaseException) -> bool:
-    """Whether a rank call that raised `cause` leaves its rank and every peer usable: only a
-    decode that failed outside any transfer, and not with a CUDA error. Hazard: a CUDA error other
-    than out-of-memory (an illegal address, a device-side assert) is sticky: every later kernel on
-    that device fails, so the rank must be replaced."""
+    """Whether a rank call that raised `cause` leaves its rank and every peer usable: a decode
+    that failed outside any transfer and not with a CUDA error, or a prompt encoding that failed
+    with a request error. Hazard: a CUDA error other than out-of-memory (an illegal address, a
+    device-side assert) is sticky: every later kernel on that device fails, so the rank must be
+    replaced."""
+    if method == "encode_prompt":
+        return is_request_error(cause)
     return method == "decode" and not isinstance(cause, CommunicationError) and not _cuda_fault(cause)
 
 
