@@ -14,7 +14,8 @@ from .access import VideoAccess
 from .admission import Caller
 from .errors import ApiError
 from .events import event_stream
-from .http_errors import RequestGuard, SafeJSONResponse, bearer_check, install_error_handlers, is_loopback
+from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
+                          is_loopback)
 from .jobs import JobService
 from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
@@ -65,7 +66,7 @@ def _videos(service: JobService, auth) -> APIRouter:
     async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
         params = VideoCreateParams.model_validate(await _body(request))
         # The key goes to the service only when keys are configured (caller.client is its digest).
-        key = _bearer(request) if caller.client is not None else None
+        key = bearer_token(request.headers) if caller.client is not None else None
         return await run_in_threadpool(service.create, params, key)
 
     @router.get("", response_model=VideoList)
@@ -96,12 +97,6 @@ def _videos(service: JobService, auth) -> APIRouter:
     return router
 
 
-def _bearer(request: Request) -> str | None:
-    """The API key the request carries (bearer_check has admitted it already)."""
-    scheme, _, key = request.headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return key.strip() or None
 
 
 async def _body(request: Request) -> dict:

@@ -31,7 +31,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
 import anyio
@@ -42,6 +42,7 @@ from starlette.types import Receive, Scope, Send
 from pipedit.config import ServeConfig
 
 from .errors import ApiError, not_found
+from .http_errors import bearer_token
 from .schemas import FINAL_STATUSES, Video
 
 _log = logging.getLogger(__name__)
@@ -55,15 +56,6 @@ STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 # What a subscriber's queue carries: (kind, text); kind "data" | "final" (a Video as JSON) or
 # "error" (the 404 body: the job was deleted).
 Item = tuple[str, str]
-
-
-def stream_key(headers: Mapping[str, str]) -> str | None:
-    """The caller's API key for the per-key cap: the bearer token of the Authorization header, or
-    None (no header, or not a Bearer one). bearer_check has admitted it already when keys are set."""
-    scheme, _, key = (headers.get("authorization") or "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return key.strip() or None
 
 
 @dataclass(eq=False)
@@ -322,7 +314,7 @@ class EventStreamResponse(StreamingResponse):
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            sub = self.hub.subscribe(self.video_id, stream_key(Headers(scope=scope)))
+            sub = self.hub.subscribe(self.video_id, bearer_token(Headers(scope=scope)))
         except ApiError as refusal:
             await JSONResponse(refusal.body(), refusal.status, headers=refusal.headers)(scope, receive, send)
             return

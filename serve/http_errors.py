@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import logging
+from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -120,6 +121,15 @@ def store_busy(error: DBAPIError) -> ApiError | None:
                              f"(the Retry-After header)", type="server_error", code="store_unavailable",
                         headers=retry)
     return None
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header, None without one (bearer_check decides
+    whether it is accepted)."""
+    scheme, _, key = (headers.get("authorization") or "").partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return key.strip() or None
 
 
 def bearer_check(api_keys: tuple[str, ...], admin_keys: tuple[str, ...] = ()):

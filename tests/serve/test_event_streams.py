@@ -15,7 +15,8 @@ import pytest
 
 from pipedit.config import GenerationDefaults
 from pipedit.serve.api import build_app
-from pipedit.serve.events import EventHub, hub_for, set_hub, stream_key
+from pipedit.serve.events import EventHub, hub_for, set_hub
+from pipedit.serve.http_errors import bearer_token
 from pipedit.serve.jobs import JobService
 from pipedit.serve.store import JobStore
 from serve_helpers import SMALL, IdleEngine, call, serve_in_thread, wait_for
@@ -74,11 +75,11 @@ def _lines(stream, limit_s=30):
     return lines
 
 
-def test_stream_key_is_the_bearer_token():
-    assert stream_key({"authorization": "Bearer abc"}) == "abc"
-    assert stream_key({"authorization": "bearer  abc "}) == "abc"
-    assert stream_key({"authorization": "Basic abc"}) is None
-    assert stream_key({}) is None
+def test_the_stream_key_is_the_bearer_token():
+    assert bearer_token({"authorization": "Bearer abc"}) == "abc"
+    assert bearer_token({"authorization": "bearer  abc "}) == "abc"
+    assert bearer_token({"authorization": "Basic abc"}) is None
+    assert bearer_token({}) is None
 
 
 def test_streams_are_capped_per_key_and_in_total(serve_streams):
