@@ -17,6 +17,16 @@ def _no_measurement(*args):
     raise AssertionError("measured although the planner could predict")
 
 
+def test_the_generic_profile_is_the_slowest_at_decoding():
+    """Their first decode of GPUs without a profile is bounded by it
+    (pipedit.runtime.decode_prediction): it must be the slowest at convolutions (the VAE)."""
+    from pipedit.planner.auto import GENERIC_PROFILE
+    from pipedit.planner.hardware import PROFILES
+
+    rate = {key: p.peak_flops * p.eff_conv for key, p in PROFILES.items()}
+    assert min(rate, key=rate.get) == GENERIC_PROFILE
+
+
 def test_gpu_names_map_to_profiles():
     assert profile_for_gpu_name("NVIDIA H100 80GB HBM3") == "h100"
     assert profile_for_gpu_name("NVIDIA RTX A6000") == "a6000"

@@ -20,15 +20,12 @@ from ..config import EngineConfig
 from ..errors import UserInputError
 from ..planner import split_denoise_ranks
 from ..planner.cost import Shape
-from ..planner.hardware import PROFILES, node
+from ..planner.auto import best_with_decode_ranks
+from ..planner.hardware import PROFILES
 from ..planner.models import ModelSpec, from_checkpoint, full_size
-from ..planner.search import Problem, rank
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
 from .released import released_checkpoint
-
-AUTO_PROMPTS = 10  # as pipedit.planner.auto: the paper's queue of prompts
-
 
 @dataclass(frozen=True)
 class DryWorld:
@@ -74,11 +71,8 @@ def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu:
         parallel = replace(parallel, pipesp_chunk="off")
     if parallel.decode_ranks != "auto":
         return parallel
-    interconnect = "nvlink" if gpu in ("h100", "h200") else "pcie"
-    problem = Problem(spec, node(gpu, parallel.ranks, interconnect),
-                      Shape(request.height, request.width, request.num_frames), config.generation.steps, AUTO_PROMPTS)
-    fitting, _ = rank(problem)
-    with_decode = [x for x in fitting if x.candidate.decode_ranks > 0]
-    decode = with_decode[0].candidate.decode_ranks if with_decode else 1
+    best = best_with_decode_ranks(spec, gpu, parallel.ranks, Shape(request.height, request.width, request.num_frames),
+                                  config.generation.steps)
+    decode = best.candidate.decode_ranks if best is not None else 1
     ulysses, ring = split_denoise_ranks(parallel.ranks - decode, heads)
     return replace(parallel, decode_ranks=decode, ulysses=ulysses, ring=ring, ranks=None)

@@ -8,14 +8,15 @@ from dataclasses import dataclass
 
 from .cost import Shape
 from .hardware import node, profile_for_gpu_name
-from .models import from_checkpoint
+from .models import ModelSpec, from_checkpoint
 from .search import Problem, rank
 
 # Consecutive prompts the choice optimises for: the paper's protocol (DeDiVAE pays off in queues).
 AUTO_PROMPTS = 10
-# GPUs without a datasheet profile (an A100, an L40S) are planned with the A6000's, the slowest
-# profile (Ampere, as the A100): the decode-rank count follows the ratio of decode to denoise time,
-# which the profiles' efficiency factors set more than their peak rates. Measuring instead would
+# GPUs without a datasheet profile (an A100, an L40S) are planned with the A6000's (Ampere, as the
+# A100; the slowest profile at convolutions, so it also bounds their first VAE decode from below,
+# see pipedit.runtime.decode_prediction): the decode-rank count follows the ratio of decode to
+# denoise time, which the profiles' efficiency factors set more than their peak rates. Measuring instead would
 # run a whole request of the configured shape on one GPU holding every model part (DiT, both text
 # encoders, VAE): out of memory at 544p on 80 GB.
 GENERIC_PROFILE = "a6000"
@@ -35,12 +36,15 @@ def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int
         return None
     key = profile_for_gpu_name(gpu_name)
     label = key or f"{GENERIC_PROFILE} (generic: no profile for {gpu_name})"
-    key = key or GENERIC_PROFILE
-    problem = Problem(from_checkpoint(model_path, family), node(key, ranks, "nvlink" if key in ("h100", "h200")
-                      else "pcie"), Shape(height, width, frames), steps, AUTO_PROMPTS)
+    best = best_with_decode_ranks(from_checkpoint(model_path, family), key or GENERIC_PROFILE, ranks,
+                                  Shape(height, width, frames), steps)
+    return None if best is None else AutoChoice(best.candidate.decode_ranks, best.batch_s, label)
+
+
+def best_with_decode_ranks(model: ModelSpec, gpu: str, ranks: int, shape: Shape, steps: int):
+    """The fastest fitting configuration with decode ranks on `ranks` GPUs of profile `gpu` (their
+    own links: NVLink on H100/H200), for AUTO_PROMPTS prompts; None if none fits."""
+    problem = Problem(model, node(gpu, ranks, "nvlink" if gpu in ("h100", "h200") else "pcie"), shape, steps,
+                      AUTO_PROMPTS)
     fitting, _ = rank(problem)
-    with_decode = [x for x in fitting if x.candidate.decode_ranks > 0]
-    if not with_decode:
-        return None
-    best = with_decode[0]
-    return AutoChoice(best.candidate.decode_ranks, best.batch_s, label)
+    return next((x for x in fitting if x.candidate.decode_ranks > 0), None)

@@ -1,27 +1,25 @@
 """The planner's prediction of one VAE decode, for the decode deadline (runtime.deadlines).
 
 On a GPU with a datasheet profile the prediction is that profile's; on a GPU without one (e.g. an
-A100) it is the slowest profile's, so that the first decode is never bounded below what a slow
-GPU needs. CPU ranks get none: the configured floor bounds their decodes."""
+A100) it is the generic profile's (planner.auto.GENERIC_PROFILE, the slowest at convolutions), so
+that the first decode is never bounded below what a slow GPU needs. CPU ranks get none: the
+configured floor bounds their decodes."""
 
 from __future__ import annotations
 
 from ..adapter import VideoShape
+from ..planner.auto import GENERIC_PROFILE
 from ..planner.cost import Shape, decode_seconds
 from ..planner.hardware import PROFILES, make_node, profile_for_gpu_name
 from ..planner.models import ModelSpec
 from .deadlines import DecodePrediction
 
 
-def _slowest_profile() -> str:
-    return min(PROFILES, key=lambda key: PROFILES[key].peak_flops * PROFILES[key].eff_conv)
-
-
 def decode_predictor(model: ModelSpec, gpu_name: str | None) -> DecodePrediction | None:
     """Seconds for one decode of a shape on the GPU named `gpu_name` (None: CPU ranks)."""
     if gpu_name is None:
         return None
-    node = make_node(PROFILES[profile_for_gpu_name(gpu_name) or _slowest_profile()], 1, "pcie")
+    node = make_node(PROFILES[profile_for_gpu_name(gpu_name) or GENERIC_PROFILE], 1, "pcie")
 
     def predict(shape: VideoShape) -> float:
         size = Shape(shape.height, shape.width, shape.num_frames)
