@@ -34,10 +34,10 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     from .deployment import APP_NAME, build_application
 
     owns_ray = _connect_ray(config, address)
-    serve_was_running = _running_serve_port() is not None
+    running_port = _running_serve_port()
     try:
         check_placement(replica_demand(replica_bundles(config)), config.serve.num_replicas, cluster_nodes())
-        port = _serve_port(config.serve.port, port_given)
+        port = _serve_port(config.serve.port, port_given, running_port)
         print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
               f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
         serve.start(http_options={"host": config.serve.host, "port": port})
@@ -55,7 +55,7 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
         print("pipedit: stopping", file=sys.stderr, flush=True)
         return 0
     finally:
-        _stop(APP_NAME, owns_ray, serve_was_running)
+        _stop(APP_NAME, owns_ray, serve_was_running=running_port is not None)
         if owns_ray:
             ray.shutdown()
 
@@ -89,9 +89,9 @@ def _running_serve_port() -> int | None:
     return None if client is None else int(client.http_config.port)
 
 
-def _serve_port(wanted: int, port_given: bool) -> int:
-    """The port the app will be on: Serve's HTTP port cannot change while it runs."""
-    running = _running_serve_port()
+def _serve_port(wanted: int, port_given: bool, running: int | None) -> int:
+    """The port the app will be on: Serve's HTTP port (`running`, None without Serve) cannot
+    change while it runs."""
     if running is None or running == wanted:
         return wanted
     if port_given:

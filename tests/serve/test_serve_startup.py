@@ -36,14 +36,12 @@ def test_placement_fits_per_node_and_names_what_is_missing():
         check_placement((5, 4), 3, two_nodes)
 
 
-def test_a_port_that_a_running_serve_cannot_take_is_refused_or_followed(monkeypatch):
-    monkeypatch.setattr(launch, "_running_serve_port", lambda: 8000)
+def test_a_port_that_a_running_serve_cannot_take_is_refused_or_followed():
     with pytest.raises(UserInputError, match="Serve already runs on this Ray cluster with HTTP port 8000"):
-        launch._serve_port(9000, port_given=True)
-    assert launch._serve_port(9000, port_given=False) == 8000  # the config's default: follow Serve
-    assert launch._serve_port(8000, port_given=True) == 8000
-    monkeypatch.setattr(launch, "_running_serve_port", lambda: None)
-    assert launch._serve_port(9000, port_given=True) == 9000
+        launch._serve_port(9000, port_given=True, running=8000)
+    assert launch._serve_port(9000, port_given=False, running=8000) == 8000  # the config's default: follow Serve
+    assert launch._serve_port(8000, port_given=True, running=8000) == 8000
+    assert launch._serve_port(9000, port_given=True, running=None) == 9000
 
 
 def _serve(config: Path, tmp_path: Path, port: int, **env) -> subprocess.Popen:
