@@ -35,15 +35,22 @@ def _relative(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
 
 
+def _bf16_against_cpu(label: str, path, video: VideoRequest):
+    """(the bf16 CUDA result, the fp32 CPU result, the GPU's attention kernel calls); prints the
+    relative max latent difference and asserts it is within BF16_TOLERANCE."""
+    gpu, calls = _generate(path, "cuda", "bfloat16", video)
+    cpu, _ = _generate(path, "cpu", "float32", video)
+    error = _relative(gpu.latents, cpu.latents)
+    print(f"\n{label}: bf16 cuda vs fp32 cpu, relative max diff {error:.2e}; attention kernels {calls}")
+    assert error <= BF16_TOLERANCE
+    return gpu, cpu, calls
+
+
 @pytest.mark.parametrize("model", ["demo", "full-width"])
 def test_bf16_on_gpu_matches_cpu_float32(model, demo_checkpoint, request):
     path = demo_checkpoint if model == "demo" else request.getfixturevalue("full_width_checkpoint")
     video = VideoRequest("a red fox running through fresh snow", height=64, width=64, num_frames=5, steps=3, seed=1)
-    gpu, calls = _generate(path, "cuda", "bfloat16", video)
-    cpu, _ = _generate(path, "cpu", "float32", video)
-    error = _relative(gpu.latents, cpu.latents)
-    print(f"\n{model}: bf16 cuda vs fp32 cpu, relative max diff {error:.2e}; attention kernels {calls}")
-    assert error <= BF16_TOLERANCE
+    _, _, calls = _bf16_against_cpu(model, path, video)
     assert "sdpa-masked" not in calls  # padded text was dropped: the unmasked kernels ran
     assert sum(calls.values()) > 0
 
@@ -51,11 +58,7 @@ def test_bf16_on_gpu_matches_cpu_float32(model, demo_checkpoint, request):
 def test_opensora_plan_bf16_on_gpu_matches_cpu_float32(osp_demo):
     """OpenSoraPlan's tiny demo (masked cross-attention, Skiparse) in bf16 on the GPU."""
     video = VideoRequest("a cat", height=32, width=48, num_frames=9, steps=3, seed=1)
-    gpu, calls = _generate(osp_demo, "cuda", "bfloat16", video)
-    cpu, _ = _generate(osp_demo, "cpu", "float32", video)
-    error = _relative(gpu.latents, cpu.latents)
-    print(f"\nopensora-plan demo: bf16 cuda vs fp32 cpu, relative max diff {error:.2e}; attention kernels {calls}")
-    assert error <= BF16_TOLERANCE
+    gpu, cpu, _ = _bf16_against_cpu("opensora-plan demo", osp_demo, video)
     assert gpu.frames.shape == cpu.frames.shape == (9, 32, 48, 3)
 
 

@@ -5,7 +5,6 @@ requests urllib cannot send (bodies it would not send whole, chunked bodies)."""
 from __future__ import annotations
 
 import socket
-from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -14,29 +13,18 @@ from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService
 from pipedit.serve.params import ServiceLimits
 from pipedit.serve.store import JobStore
-from serve_helpers import IdleEngine, serve_in_thread
-
-
-@dataclass
-class IdleApp:
-    service: JobService
-    url: str
-    stop: callable
-
-    def close(self) -> None:
-        self.stop()
-        self.service.close()
-        self.service.store.close()
+from serve_helpers import IdleEngine, Running, serve_in_thread
 
 
 def start_idle(folder: Path, *, limits: ServiceLimits = ServiceLimits(), store: JobStore | None = None,
-               retention: float | None = None, **app_options) -> IdleApp:
+               retention: float | None = None, **app_options) -> Running:
     """`app_options`: build_app's (api_keys, admin_keys, host, allowed_hosts)."""
     extra = {} if retention is None else {"retention": retention}
-    service = JobService(IdleEngine(), store or JobStore.in_folder(folder), folder, "demo",
+    engine = IdleEngine()
+    service = JobService(engine, store or JobStore.in_folder(folder), folder, "demo",
                          GenerationDefaults(64, 64, 5, 2), limits, **extra)
     url, stop = serve_in_thread(build_app(service, **app_options))
-    return IdleApp(service, url, stop)
+    return Running(engine, service, url, stop)
 
 
 def raw_request(url: str, head: str, body_parts: list[bytes] = (), timeout: float = 30) -> tuple[int, bytes]:

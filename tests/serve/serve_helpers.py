@@ -24,6 +24,10 @@ from pipedit.serve.store import JobStore
 
 MODEL = "hunyuan-demo"
 SMALL = {"size": "64x64", "num_frames": 5, "num_inference_steps": 2}
+# The jobs table of a store from before job ownership (no owner, lease_until, attempt, client).
+PRE_OWNERSHIP_JOBS_TABLE = ("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
+                            "progress INTEGER NOT NULL, created_at FLOAT NOT NULL, completed_at FLOAT, "
+                            "params JSON NOT NULL, extras JSON NOT NULL, error JSON, video_file VARCHAR(255))")
 
 
 @dataclass

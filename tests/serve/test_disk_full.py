@@ -80,14 +80,3 @@ def test_a_job_whose_mp4_is_cut_short_fails_with_write_failed(tmp_path, short_wr
         assert list((tmp_path / "videos").iterdir()) == []
     finally:
         service.close()
-
-
-def test_a_job_written_whole_completes(tmp_path):
-    service = service_on(InstantEngine(), tmp_path)
-    try:
-        job = service.create(VideoCreateParams(prompt="a fox"))
-        wait_for(lambda: service.get(job.id).status == "completed", timeout=30)
-        assert read_mp4(service.content_path(job.id)).shape == (5, 8, 8, 3)
-        assert [p.name for p in (tmp_path / "videos").iterdir()] == [f"{job.id}.mp4"]
-    finally:
-        service.close()

@@ -8,6 +8,7 @@ import pytest
 from sqlalchemy import create_engine, text
 
 from pipedit.serve.store import JobRecord, JobStore
+from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE
 
 
 def _fill(store, n):
@@ -93,9 +94,7 @@ def test_a_store_from_before_ownership_gets_its_columns(tmp_path):
     url = f"sqlite:///{tmp_path / 'jobs.sqlite'}"
     old = create_engine(url)
     with old.begin() as conn:
-        conn.execute(text("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
-                          "progress INTEGER NOT NULL, created_at FLOAT NOT NULL, completed_at FLOAT, "
-                          "params JSON NOT NULL, extras JSON NOT NULL, error JSON, video_file VARCHAR(255))"))
+        conn.execute(text(PRE_OWNERSHIP_JOBS_TABLE))
         conn.execute(text("INSERT INTO jobs VALUES ('video_old', 'in_progress', 50, 1.0, NULL, '{}', '{}', NULL, "
                           "NULL)"))
     old.dispose()

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 import pipedit.video as video
+from pipedit.video import read_mp4
 from pipedit.serve.schemas import VideoCreateParams
 from pipedit.serve.store import JobRecord, JobStore
 from job_engines import InstantEngine, service_on
@@ -70,6 +71,7 @@ def test_a_completed_job_leaves_only_its_video(tmp_path):
     try:
         job = service.create(VideoCreateParams(prompt="a fox"))
         wait_for(lambda: service.get(job.id).status == "completed", timeout=30)
+        assert read_mp4(service.content_path(job.id)).shape == (5, 8, 8, 3)  # written whole
         assert [p.name for p in (tmp_path / "videos").iterdir()] == [f"{job.id}.mp4"]
         service.delete(job.id)
         assert list((tmp_path / "videos").iterdir()) == []

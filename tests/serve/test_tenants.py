@@ -12,7 +12,7 @@ from sqlalchemy import create_engine, text
 from pipedit.serve.admission import client_of
 from pipedit.serve.store import JobRecord, JobStore
 from idle_app import start_idle
-from serve_helpers import call
+from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE, call
 
 ALICE, BOB, ADMIN = "alice-key", "bob-key", "admin-key"
 PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 24, "num_inference_steps": 2,
@@ -126,9 +126,7 @@ def test_an_old_store_gets_the_owner_column(store_url):
     the columns are added at startup, once, and its rows have no owner."""
     engine = create_engine(store_url)
     with engine.begin() as conn:
-        conn.execute(text("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
-                          "progress INTEGER NOT NULL, created_at FLOAT NOT NULL, completed_at FLOAT, "
-                          "params JSON NOT NULL, extras JSON NOT NULL, error JSON, video_file VARCHAR(255))"))
+        conn.execute(text(PRE_OWNERSHIP_JOBS_TABLE))
         conn.execute(text("INSERT INTO jobs (id, status, progress, created_at, params, extras) "
                           "VALUES ('video_old', 'completed', 100, 1.0, :params, '{}')"), {"params": json.dumps(PARAMS)})
     engine.dispose()
