@@ -319,7 +319,7 @@ class JobService:
                 request = VideoRequest(
                     p["prompt"], height=p["height"], width=p["width"], num_frames=p["num_frames"],
                     steps=p["num_inference_steps"], guidance_scale=p["guidance_scale"], seed=p["seed"],
-                    request_id=record.id)
+                    request_id=record.id, cache=p.get("cache"))  # rows from before caching: the default
             except (UserInputError, ValueError, TypeError, KeyError) as error:  # would fail on every run
                 self._fail(record, record.attempt, "invalid_request", f"the request cannot run: {error}")
                 continue

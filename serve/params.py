@@ -53,6 +53,7 @@ class JobSettings:
     guidance_scale: float
     seed: int
     seconds: str
+    cache: str = "none"  # the effective step cache (the request's, else the server's default)
 
     def to_json(self) -> dict:
         return asdict(self)
@@ -78,7 +79,17 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
     seed = _bounded_int(given.get("seed", defaults.seed), "seed", 0, 2**63 - 1)
     _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
-    return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds)
+    return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds,
+                       _cache(given.get("cache", defaults.cache)))
+
+
+def _cache(value) -> str:
+    from pipedit.cache.spec import parse_cache
+
+    try:
+        return str(parse_cache(value))
+    except UserInputError as error:
+        raise invalid(str(error), "cache") from None
 
 
 def _check_text(given: dict) -> None:

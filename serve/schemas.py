@@ -28,6 +28,8 @@ class VideoCreateParams(BaseModel):
     guidance_scale: Optional[float] = Field(None, description="Classifier-free / embedded guidance.")
     negative_prompt: Optional[str] = Field(None, description="Not supported by HunyuanVideo; must be empty.")
     seed: Optional[int] = Field(None, description="Seed of the initial noise.")
+    cache: Optional[str] = Field(None, description="Step caching: none, fbcache:T or teacache:T; defaults to the "
+                                                   "server's generation.cache.")
 
     def given(self) -> dict:
         """Only the fields the client sent (explicit nulls count as not sent)."""
@@ -49,7 +51,10 @@ class PipeditExtras(BaseModel):
     fps: int
     num_inference_steps: int
     guidance_scale: float
-    timings: dict[str, float] = Field(default_factory=dict)
+    cache: Optional[str] = Field(None, description="The step cache the job runs with (none, fbcache:T, teacache:T).")
+    timings: dict[str, float] = Field(
+        default_factory=dict, description="Seconds per phase; with a step cache also cache_computed and cache_skipped "
+                                          "(transformer evaluations run and skipped).")
 
 
 class Video(BaseModel):

@@ -93,6 +93,6 @@ def _to_video(record: JobRecord, model_name: str, queue_position: int | None, re
             total_steps=extras.get("total_steps", params["num_inference_steps"]),
             queue_position=queue_position, seed=params["seed"], num_frames=params["num_frames"],
             fps=params["fps"], num_inference_steps=params["num_inference_steps"],
-            guidance_scale=params["guidance_scale"], timings=extras.get("timings", {}),
+            guidance_scale=params["guidance_scale"], cache=params.get("cache"), timings=extras.get("timings", {}),
         ),
     )

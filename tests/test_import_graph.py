@@ -97,3 +97,13 @@ def test_no_subsystem_imports_the_command_line():
                  for module, targets in import_graph().items()
                  if not (module == "pipedit.cli" or module.startswith("pipedit.cli."))}
     assert {module: found for module, found in offenders.items() if found} == {}
+
+
+def test_every_package_is_listed_in_pyproject():
+    """pyproject.toml lists packages by hand (two live outside src/): a package missing there
+    imports in an editable install and is absent from a wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {name for name, path in _modules().items() if path.name == "__init__.py"}
+    assert found - listed == set()

@@ -160,6 +160,12 @@ class HunyuanVideoAdapter:
 
         return enable_sequence_parallel(self.transformer, ctx, strategy, self.text_keys)
 
+    def cache_blocks(self):
+        """The transformer's blocks as the step cache sees them (pipedit.cache)."""
+        from .cache_blocks import cache_blocks
+
+        return cache_blocks(self.transformer)
+
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
         frames = (shape.num_frames - 1) // self.temporal_ratio + 1
@@ -194,9 +200,16 @@ class HunyuanVideoAdapter:
     # -- decoding --------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        latents = latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
+        latents = self._scaled(latents)
         self._set_tiling(latents.shape)
-        video = self.vae.decode(latents, return_dict=False)[0]  # [B, 3, F, H, W] in [-1, 1]
+        return self.frames(self.vae.decode(latents, return_dict=False)[0])
+
+    def _scaled(self, latents: torch.Tensor) -> torch.Tensor:
+        return latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
+
+    @staticmethod
+    def frames(video: torch.Tensor) -> torch.Tensor:
+        """The VAE's video [B, 3, F, H, W] in [-1, 1] -> frames [B, F, H, W, 3] in [0, 1]."""
         return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
 
     def _set_tiling(self, latent_shape) -> None:
@@ -205,8 +218,26 @@ class HunyuanVideoAdapter:
         Tiled splits each pass into overlapping spatial tiles, blended: not bit-identical.
         enable_tiling() without arguments keeps the VAE's tile sizes, set there by whoever wants
         others (diffusers tiles only frames larger than one tile)."""
-        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
-        if should_tile(self.vae_tiling, self.device, predicted, free_device_bytes(self.device)):
+        if self.decode_mode(latent_shape):
             self.vae.enable_tiling()
         else:
             self.vae.disable_tiling()
+
+    def decode_mode(self, latent_shape) -> int:
+        """1: tiled, 0: untiled, as a decode of this shape on this rank would run now."""
+        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
+        return int(should_tile(self.vae_tiling, self.device, predicted, free_device_bytes(self.device)))
+
+    # -- one video's decode over several ranks (pipedit.runtime.split_decode) --------------
+    def split_plan(self, latents: torch.Tensor, mode: int, parts: int):
+        """The units of diffusers' decode in `mode` (they do not depend on `parts`)."""
+        from .split_decode import TilePlan
+
+        return TilePlan(self.vae, self._scaled(latents), bool(mode))
+
+    def split_units(self, latent_shape, parts: int) -> int:
+        """How many units a split decode of this shape has now (1: splitting gains nothing)."""
+        from .split_decode import TilePlan
+
+        meta = torch.empty(latent_shape, device="meta", dtype=self.vae.dtype)
+        return len(TilePlan(self.vae, meta, bool(self.decode_mode(latent_shape))).units)

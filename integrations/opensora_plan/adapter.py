@@ -166,6 +166,12 @@ class OpenSoraPlanAdapter:
 
         return enable_sequence_parallel(self.transformer, ctx, strategy)
 
+    def cache_blocks(self):
+        """The transformer's blocks as the step cache sees them (pipedit.cache)."""
+        from .cache_blocks import cache_blocks
+
+        return cache_blocks(self.transformer)
+
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
         frames = (shape.num_frames - 1) // VAE_TEMPORAL + 1
@@ -186,8 +192,27 @@ class OpenSoraPlanAdapter:
         truncates to ((clamp(v/2 + 0.5, 0, 1) * 255).to(uint8)): writers that round keep it.
         vae_tiling on: the causal temporal tiling (needs >= 3 latent frames); auto or off: untiled."""
         latents = latents.to(self.device)
-        tiled = self.vae_tiling == "on" and latents.shape[2] >= 3
-        video = self.vae.decode(latents, tiled=tiled)
+        return self.frames(self.vae.decode(latents, tiled=bool(self.decode_mode(latents.shape))))
+
+    @staticmethod
+    def frames(video: torch.Tensor) -> torch.Tensor:
+        """The VAE's video [B, 3, F, H, W] -> frames [B, F, H, W, 3] on the official uint8 grid."""
         frames = (video.float() / 2 + 0.5).clamp(0, 1)
         frames = torch.floor(frames * 255) / 255
         return frames.permute(0, 2, 3, 4, 1)
+
+    def decode_mode(self, latent_shape) -> int:
+        """1: the causal temporal tiling (vae_tiling on, >= 3 latent frames), 0: untiled."""
+        return int(self.vae_tiling == "on" and latent_shape[2] >= 3)
+
+    # -- one video's decode over several ranks (pipedit.runtime.split_decode) --------------
+    def split_plan(self, latents: torch.Tensor, mode: int, parts: int):
+        """Row bands, one per part (none for a groupnorm VAE: one band)."""
+        from .split_decode import BandPlan
+
+        return BandPlan(self.vae, latents.to(self.device), bool(mode), parts)
+
+    def split_units(self, latent_shape, parts: int) -> int:
+        from .split_decode import band_bounds, splittable
+
+        return len(band_bounds(latent_shape[3], parts)) if splittable(self.vae.config) else 1

@@ -192,6 +192,9 @@ class TransformerBlock(nn.Module):
 
 
 class OpenSoraPlanTransformer(nn.Module):
+    # The block class that repeats (diffusers' convention): what regional compile compiles.
+    _repeated_blocks = ("TransformerBlock",)
+
     def __init__(self, config: TransformerConfig):
         super().__init__()
         self.config = config

@@ -140,7 +140,15 @@ class Decoder(nn.Module):
         self.inverse_wavelet_transform_l2 = InverseHaarWaveletTransform3D()
 
     def forward(self, z):
-        h = self.mid(self.conv_in(z))
+        return self.tail(self.head(z))
+
+    def head(self, z):
+        """Up to the mid block (its attention spans each whole frame): on the latent grid."""
+        return self.mid(self.conv_in(z))
+
+    def tail(self, h):
+        """After the mid block: convolutions, upsamplers and per-position norms only (with
+        layernorm), so rows far enough apart are independent (row bands: split_decode.py)."""
         l2 = self.inverse_wavelet_transform_l2(self.connect_l2(h[:, -self.flow:]))
         h = self.up2(h[:, :-self.flow])
         l1_coeffs = self.connect_l1(h[:, -self.flow:])
@@ -196,15 +204,19 @@ class WFVAE(nn.Module):
         """Scaled latents [B, 8, T, h, w] -> video [B, 3, 4(T-1)+1, 8h, 8w] in about [-1, 1].
         tiled None follows `self.tiling`. The tiled decode equals the untiled one for odd T; for
         even T its last 4 frames differ (as the official causal cache does)."""
-        scale, shift = self._latent_stats(latents)
-        z = (latents / scale + shift).to(self.dtype)
+        z = self.unscaled(latents)
         tiled = self.tiling if tiled is None else tiled
         if not tiled:
             self._set_cached(False)
             return self.decoder(z)
         if z.shape[2] < 3:
             raise ValueError(f"tiled decode needs at least 3 latent frames, got {z.shape[2]}; decode untiled")
-        return self._tiled_decode(z)
+        return self._tiled_decode(z, self.decoder)
+
+    def unscaled(self, latents: torch.Tensor) -> torch.Tensor:
+        """Scaled latents -> the decoder's input (latents / scale + shift, in the VAE's dtype)."""
+        scale, shift = self._latent_stats(latents)
+        return (latents / scale + shift).to(self.dtype)
 
     def _set_cached(self, cached: bool, first_chunk: bool = True) -> None:
         for module in self.decoder.modules():
@@ -213,7 +225,9 @@ class WFVAE(nn.Module):
             if hasattr(module, "first_chunk"):
                 module.first_chunk = first_chunk
 
-    def _tiled_decode(self, z: torch.Tensor) -> torch.Tensor:
+    def _tiled_decode(self, z: torch.Tensor, run) -> torch.Tensor:
+        """The causal temporal tiling; `run` maps a chunk of latent frames to its decoded frames
+        (the decoder, or a row band of it), reusing the causal modules' caches chunk to chunk."""
         frames = z.shape[2]
         for module in self.decoder.modules():
             if hasattr(module, "cache"):
@@ -228,7 +242,7 @@ class WFVAE(nn.Module):
             for index, (start, end) in enumerate(bounds):
                 self._set_cached(True, first_chunk=index == 0)
                 overlap = end + 1 < frames
-                chunk = self.decoder(z[:, :, start:end + 1 if overlap else end])
+                chunk = run(z[:, :, start:end + 1 if overlap else end])
                 pieces.append(chunk[:, :, :-DROPPED_OVERLAP_FRAMES] if overlap else chunk)
         finally:
             self._set_cached(False)

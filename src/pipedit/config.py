@@ -30,8 +30,12 @@ class ModelConfig:
     # Spatially tiled VAE decoding: on, off, or auto (on CUDA, only when an untiled decode is
     # predicted not to fit in free memory; never on CPU, so CPU results equal diffusers').
     vae_tiling: str = "auto"
+    # Regional torch.compile of the DiT's repeated blocks on the denoise ranks (runtime/compile.py).
+    compile: bool = False
 
     def __post_init__(self):
+        if not isinstance(self.compile, bool):
+            raise UserInputError(f"model.compile must be true or false, got {self.compile!r}")
         if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
@@ -83,6 +87,9 @@ class ParallelConfig:
     # Classifier-free guidance's two branches on two rank groups of ulysses*ring ranks each
     # (the noise predictions are exchanged every step); needs a model with CFG branches.
     cfg_parallel: bool = False
+    # auto: one video's decode is split over the whole decode group when all its ranks are idle
+    # (>= 2 decode ranks); off: each decode rank always decodes its own video.
+    split_decode: str = "auto"
 
     def __post_init__(self):
         for name in ("ulysses", "ring"):
@@ -96,6 +103,7 @@ class ParallelConfig:
         _check_choice("aco", self.aco, ("off", "on", "auto"))
         _check_choice("text_encoder", self.text_encoder, ("auto", "dit", "vae"))
         _check_choice("handoff", self.handoff, ("object_store", "p2p"))
+        _check_choice("split_decode", self.split_decode, ("auto", "off"))
         if not isinstance(self.cfg_parallel, bool):
             raise UserInputError(f"cfg_parallel must be true or false, got {self.cfg_parallel!r}")
         if self.cfg_parallel and self.decode_ranks == "auto":
@@ -137,6 +145,20 @@ class GenerationDefaults:
     guidance_scale: float = 6.0
     seed: int = 0
     fps: int = 24
+    # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md).
+    # Parsed at construction; kept in its canonical string form (cache_spec holds the parsed spec).
+    cache: str = "none"
+
+    def __post_init__(self):
+        from .cache.spec import parse_cache
+
+        object.__setattr__(self, "cache", str(parse_cache(self.cache)))
+
+    @property
+    def cache_spec(self):
+        from .cache.spec import parse_cache
+
+        return parse_cache(self.cache)
 
 
 @dataclass(frozen=True)

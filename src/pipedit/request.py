@@ -23,8 +23,13 @@ class VideoRequest:
     guidance_scale: float = 6.0
     seed: int = 0
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    cache: str | None = None  # step cache (none, fbcache:T, teacache:T); None: the engine's generation.cache
 
     def __post_init__(self):
+        if self.cache is not None:
+            from .cache.spec import parse_cache
+
+            object.__setattr__(self, "cache", str(parse_cache(self.cache, InvalidRequestError)))
         if not isinstance(self.prompt, str) or not self.prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
         if self.steps < 1:

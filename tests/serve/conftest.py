@@ -15,9 +15,9 @@ def postgres():
         run_as()
     except KeyError:
         pytest.skip(NO_ACCOUNT)
-    server = PostgresServer(bin_dir).start()
-    yield server
-    server.stop()
+    running = PostgresServer(bin_dir).start()
+    yield running
+    running.stop()
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -85,6 +85,9 @@ def plan_aco(num_heads: int, denoise_ranks: Sequence[int], decode_ranks: Sequenc
 
 
 HEADER_FIELDS = 4  # (batch, query tokens, key tokens, masked) of one kernel problem
+# A header of zeros ends a forward early (a step cache skipped the blocks after it): no kernel
+# problem has zero queries, so it cannot be mistaken for one.
+END_OF_FORWARD = (0,) * HEADER_FIELDS
 
 
 def _pack(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
@@ -127,6 +130,17 @@ class AcoAttention(UlyssesAttention):
         if values not in self._headers:
             self._headers[values] = torch.tensor(values, dtype=torch.int64, device=pq.device)
         return self._headers[values]
+
+    def end_forward(self) -> None:
+        """This forward makes no more attention calls (a step cache skips the rest): tells every
+        helper, which then stops serving it. A no-op while inactive (helpers serve no forward)."""
+        if not self.active or not self.offloads:
+            return
+        device = self.ctx.device
+        if END_OF_FORWARD not in self._headers:
+            self._headers[END_OF_FORWARD] = torch.tensor(list(END_OF_FORWARD), dtype=torch.int64, device=device)
+        end = self._headers[END_OF_FORWARD]
+        p2p.post(sends=[(end, helper) for helper, _ in self.offloads], op="Aco end-of-forward send").wait()
 
     @property
     def chunk_heads(self) -> int | None:
@@ -173,18 +187,22 @@ class AcoAttention(UlyssesAttention):
 
 
 def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, kernel: AttentionKernel,
-                    device: torch.device) -> None:
-    """Helper side: answer `calls` attention calls, each with one request per (source, heads).
-    Each request is one attention-kernel problem (the denoise rank has already applied its
-    joint text tokens and sparse layout), so every shape of call is served alike."""
-    for _ in range(calls):
+                    device: torch.device) -> int:
+    """Helper side: answer up to `calls` attention calls, each with one request per (source,
+    heads); returns the calls served. Each request is one attention-kernel problem (the denoise
+    rank has already applied its joint text tokens and sparse layout), so every shape of call is
+    served alike. An END_OF_FORWARD header from every source ends the forward early."""
+    for served in range(calls):
         headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device)) for src, heads in pairs]
         # Read on the host below; a late wake-up here delays the denoise ranks' attention call.
         p2p.post(recvs=[(header, src) for src, _, header in headers],
                  op="Aco header receive").wait(host=True, max_sleep=deadline.LATENCY_POLL_S)
+        values = [tuple(header.tolist()) for _, _, header in headers]
+        if _ends_forward(values, [src for src, _ in pairs]):
+            return served
         inbox = []
-        for src, heads, header in headers:
-            shapes = _request_shapes(header.tolist(), heads, shape.head_dim)
+        for (src, heads, _), header in zip(headers, values):
+            shapes = _request_shapes(header, heads, shape.head_dim)
             buffer = torch.empty(sum(int(torch.Size(s).numel()) for s in shapes), dtype=shape.dtype, device=device)
             inbox.append((src, shapes, buffer))
         p2p.post(recvs=[(buffer, src) for src, _, buffer in inbox], op="Aco request receive").wait()
@@ -193,3 +211,15 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
             q, k, v, *mask = _unpack(buffer, shapes)
             replies.append((kernel(q, k, v, mask[0] > 0.5 if mask else None).contiguous(), src))
         p2p.post(sends=replies, op="Aco reply send").wait()
+    return calls
+
+
+def _ends_forward(headers: list[tuple[int, ...]], sources: list[int]) -> bool:
+    """Whether every source ended the forward; a mix means the denoise ranks disagreed on a
+    step cache decision (their shards would diverge): fail loudly rather than hang."""
+    ended = [h == END_OF_FORWARD for h in headers]
+    if any(ended) and not all(ended):
+        raise RuntimeError(f"Aco helper: denoise ranks {[s for s, e in zip(sources, ended) if e]} ended the forward "
+                           f"while {[s for s, e in zip(sources, ended) if not e]} went on: their step cache "
+                           f"decisions disagree")
+    return all(ended)

@@ -22,6 +22,7 @@ class ModeFigures:
     decode_s: list[float]
     aco_steps: int
     failures: int
+    split: int = 0  # videos decoded by the whole decode group (parallel.split_decode)
 
     @property
     def throughput(self) -> float:
@@ -36,7 +37,8 @@ def _run_mode(engine, name: str, requests: list[VideoRequest], **options) -> Mod
     run = run_batch(engine, requests, **options)
     return ModeFigures(name, run.total_s, run.latencies_s,
                        [r.timings["encode_s"] + r.timings["denoise_s"] for r in run.results],
-                       [r.timings["decode_s"] for r in run.results], run.aco_steps, len(run.failures))
+                       [r.timings["decode_s"] for r in run.results], run.aco_steps, len(run.failures),
+                       sum(r.timings.get("decode_ranks", 1) > 1 for r in run.results))
 
 
 def bench_pipeline(config: EngineConfig, template: VideoRequest, prompts: int, repeats: int = 3) -> str:
@@ -81,6 +83,7 @@ def format_report(engine, template: VideoRequest, modes: list[ModeFigures], memo
         lines.append(
             f"{mode.name:<18} {mode.total_s:>8.2f} {statistics.fmean(mode.latencies_s):>15.2f} "
             f"{mode.throughput:>9.3f} {speedup:>7.3f}x {of_ideal:>9} {mode.aco_steps:>10}"
+            + (f"  ({mode.split} split decodes)" if mode.split else "")
             + (f"  ({mode.failures} failed)" if mode.failures else "")
         )
     roles = ["denoise"] * layout.denoise + ["decode"] * layout.decode

@@ -24,32 +24,52 @@ def _chunk_list(config: EngineConfig, heads: int, chunks: list[int] | None) -> l
 
 def bench_sp(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int,
              single_device: bool = False) -> str:
-    from ..runtime.engine import Engine
-
+    """The per-step table; with config.model.compile, the eager and the compiled tables and the
+    compile time (each first forward, which compiles, against the eager first forward)."""
     if config.parallel.ulysses < 2:
         from ..errors import UserInputError
 
         raise UserInputError("bench sp compares Ulysses all-to-all modes: use --ulysses 2 or more")
     config = config.with_overrides("parallel", pipesp_chunk="auto")
+    if not config.model.compile:
+        heads, results, _ = _measure(config, request, chunks, repeats, single_device)
+        return format_sp_table(config, request, heads, results)
+    eager_config = replace(config, model=replace(config.model, compile=False))
+    heads, eager, eager_first = _measure(eager_config, request, chunks, repeats, single_device)
+    _, compiled, compiled_first = _measure(config, request, chunks, repeats, single_device)
+    return "\n".join([format_sp_table(eager_config, request, heads, eager, "eager"),
+                      format_sp_table(config, request, heads, compiled, "compiled (--compile)"),
+                      format_compile_summary(eager, compiled, eager_first, compiled_first)])
+
+
+def _measure(config: EngineConfig, request: VideoRequest, chunks: list[int] | None, repeats: int,
+             single_device: bool) -> tuple[int, dict, dict]:
+    """(heads, per-mode step times, first-forward seconds by world: "sp" and "single")."""
+    from ..runtime.engine import Engine
+
     with Engine(config) as engine:
         cond = engine.executor.call_rank(0, "encode_prompt", request)
         heads = engine.executor.call_rank(0, "num_heads")
         labels = _chunk_list(config, heads, chunks)
+        engine.executor.call("begin", request, cond)
+        first = {"sp": max(engine.executor.call("time_forward", False))}  # compiles, with --compile
         results = engine.executor.call("time_steps", request, cond, labels, repeats)[0]
     if single_device:
-        results["single"] = {"chunk": None, "step_s": time_single_device(config, request, cond, repeats)}
-    return format_sp_table(config, request, heads, results)
+        first["single"], step_s = time_single_device(config, request, cond, repeats)
+        results["single"] = {"chunk": None, "step_s": step_s}
+    return heads, results, first
 
 
-def time_single_device(config: EngineConfig, request: VideoRequest, cond: dict, repeats: int) -> float:
-    """Median seconds of one transformer forward on one in-process rank (first call warms up)."""
+def time_single_device(config: EngineConfig, request: VideoRequest, cond: dict, repeats: int) -> tuple[float, float]:
+    """(first, median of the next `repeats`) seconds of one transformer forward on one
+    in-process rank; the first warms up (and compiles, with model.compile)."""
     from ..runtime.engine import Engine
 
     single = replace(config, parallel=ParallelConfig(pipesp_chunk="off", aco="off"))
     with Engine(single) as engine:
         engine.executor.call("begin", request, cond)
         times = [engine.executor.call("time_forward", False)[0] for _ in range(repeats + 1)]
-    return statistics.median(times[1:])
+    return times[0], statistics.median(times[1:])
 
 
 def _attention_rank(rank: int, world_size: int, shape: AttentionShape, rounds: int) -> dict:
@@ -78,11 +98,26 @@ def _label(key) -> str:
     return "auto" if key == "auto" else f"pipesp chunk {key}"
 
 
-def format_sp_table(config: EngineConfig, request: VideoRequest, heads: int, results: dict) -> str:
+def format_sp_table(config: EngineConfig, request: VideoRequest, heads: int, results: dict, label: str = "") -> str:
     p = config.parallel
-    title = (f"per-step latency, {p.ulysses * p.ring} ranks (ulysses {p.ulysses} x ring {p.ring}), "
-             f"{request.height}x{request.width}x{request.num_frames}, {heads} heads, device {config.model.device_type()}")
+    title = (f"per-step latency{f' {label}' if label else ''}, {p.ulysses * p.ring} ranks (ulysses {p.ulysses} x "
+             f"ring {p.ring}), {request.height}x{request.width}x{request.num_frames}, {heads} heads, "
+             f"device {config.model.device_type()}")
     return format_table(title, "ms/step", results)
+
+
+def format_compile_summary(eager: dict, compiled: dict, eager_first: dict, compiled_first: dict) -> str:
+    """Compile time per world (first compiled forward minus first eager forward: both pay the
+    same one-time warm-ups, so the difference is dynamo + inductor) and the steady-state ratio."""
+    lines = [f"{'compile':<16} {'first eager s':>14} {'first compiled s':>17} {'compile s':>10}"]
+    for world, first in compiled_first.items():
+        lines.append(f"{world:<16} {eager_first[world]:>14.2f} {first:>17.2f} {first - eager_first[world]:>10.2f}")
+    lines.append(f"{'mode':<16} {'eager ms':>14} {'compiled ms':>17} {'speedup':>10}")
+    for key, row in compiled.items():
+        before = eager[key]["step_s"]
+        lines.append(f"{_label(key):<16} {before * 1e3:>14.2f} {row['step_s'] * 1e3:>17.2f} "
+                     f"{before / row['step_s']:>9.3f}x")
+    return "\n".join(lines)
 
 
 def format_table(title: str, unit: str, results: dict) -> str:

@@ -1,4 +1,4 @@
-"""`pipedit bench sp|pipeline|handoff|vae|latency|load`: the benchmarks of pipedit.bench.
+"""`pipedit bench sp|pipeline|handoff|vae|latency|load|cache`: the benchmarks of pipedit.bench.
 
 Omitted shape flags take the config's generation defaults where a benchmark says so."""
 
@@ -9,13 +9,13 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
-from .flags import add_pipeline_flags, base_config, pipeline_overrides
+from .flags import add_cache_flag, add_compile_flag, add_pipeline_flags, base_config, pipeline_overrides
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
-    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load):
+    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache):
         add(kinds)
 
 
@@ -80,6 +80,7 @@ def _add_sp(kinds) -> None:
     p.add_argument("--head-dim", type=int, default=128, help="--attention-only: head dim (HunyuanVideo: 128)")
     p.add_argument("--seq-len", type=int, default=4096, help="--attention-only: video tokens over all ranks")
     p.add_argument("--text-len", type=int, default=256, help="--attention-only: text tokens")
+    add_compile_flag(p, help="also time the compiled model: eager and compiled tables, compile time per world")
     p.set_defaults(run=_run_sp)
 
 
@@ -89,8 +90,11 @@ def _run_sp(args) -> int:
 
     _at_least_one(args, "repeats")
     if args.attention_only:
+        if args.compile:
+            raise UserInputError("--compile times model steps; --attention-only times one attention call, which "
+                                 "--compile leaves eager (collectives are never compiled): drop one of them")
         return _run_sp_attention(args)
-    config = base_config(args).with_overrides("model", path=args.model_path, name=args.model)
+    config = base_config(args).with_overrides("model", path=args.model_path, name=args.model, compile=args.compile)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
     request = VideoRequest("a benchmark prompt: a red fox running through snow", height=args.height,
                            width=args.width, num_frames=args.num_frames, steps=1)
@@ -125,6 +129,7 @@ def _add_pipeline(kinds) -> None:
     p.add_argument("--num-frames", type=int)
     p.add_argument("--steps", type=int)
     add_pipeline_flags(p)
+    add_cache_flag(p)
     p.set_defaults(run=_run_pipeline)
 
 
@@ -139,7 +144,7 @@ def _run_pipeline(args) -> int:
         args.decode_ranks = 1  # the benchmark is about decode ranks: 1 unless told otherwise
     config = pipeline_overrides(config, args)
     config = config.with_overrides("generation", height=args.height, width=args.width,
-                                   num_frames=args.num_frames, steps=args.steps)
+                                   num_frames=args.num_frames, steps=args.steps, cache=args.cache)
     template = request_from_config(config, "benchmark")
     print(bench_pipeline(config, template, args.prompts, args.repeats))
     return 0
@@ -169,6 +174,8 @@ def _add_vae(kinds) -> None:
     p.add_argument("--num-frames", type=int, default=9)
     p.add_argument("--tiling", choices=("both", "on", "off"), default="both", help="modes to run (both: off then on)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random latents")
+    p.add_argument("--ranks", type=int, default=1,
+                   help="N >= 2: one decode split over N gloo ranks vs one rank, per rank (default: both demo models)")
     p.set_defaults(run=_run_vae)
 
 
@@ -178,6 +185,13 @@ def _run_vae(args) -> int:
 
     config = base_config(args).with_overrides("model", path=args.model_path)
     shape = VideoShape(height=args.height, width=args.width, num_frames=args.num_frames)
+    _at_least_one(args, "ranks")
+    if args.ranks > 1:
+        from ..bench.vae import MODES
+        from ..bench.vae_split import bench_vae_ranks, demo_paths
+
+        print(bench_vae_ranks(demo_paths(config.model.path), shape, MODES[args.tiling], args.ranks, args.seed))
+        return 0
     print(bench_vae(config, shape, args.tiling, args.seed))
     return 0
 
@@ -262,3 +276,44 @@ def _run_load(args) -> int:
                       api_key=args.api_key, timeout=args.timeout, progress=not args.json)
     print(json.dumps(report.summary()) if args.json else report.text())
     return 0 if report.ok else 1
+
+
+# -- cache --------------------------------------------------------------------------------------
+def _add_cache(kinds) -> None:
+    from ..bench.cache import DEFAULT_CACHES
+
+    p = kinds.add_parser("cache", help="step caching per model family and setting: evaluations skipped, latency, "
+                                       "difference from the uncached run (JSON, Markdown)")
+    p.add_argument("--config", help="YAML engine config (device, dtype); flags override it")
+    p.add_argument("--models", default="hunyuan-video,opensora-plan",
+                   help="comma-separated families, each run on its embedded demo model (default: both)")
+    p.add_argument("--model-path", help="checkpoint folder of the one family in --models (default: its demo model)")
+    p.add_argument("--caches", default=",".join(DEFAULT_CACHES),
+                   help=f"comma-separated settings, fbcache:T or teacache:T (default {','.join(DEFAULT_CACHES)})")
+    p.add_argument("--height", type=int, default=96)
+    p.add_argument("--width", type=int, default=96)
+    p.add_argument("--num-frames", type=int, default=9)
+    p.add_argument("--steps", type=int, default=12, help="denoising steps (default 12)")
+    p.add_argument("--repeats", type=int, default=1, help="timed runs per setting (median reported)")
+    p.add_argument("--out", help="output folder (default: outputs/bench-cache-<UTC time>)")
+    p.set_defaults(run=_run_cache)
+
+
+def _run_cache(args) -> int:
+    from ..adapter import check_model_name
+    from ..bench.cache import CacheBenchSettings, bench_cache, markdown
+
+    _at_least_one(args, "steps", "repeats")
+    families = tuple(m.strip() for m in args.models.split(",") if m.strip())
+    for family in families:
+        check_model_name(family)
+    caches = tuple(c.strip() for c in args.caches.split(",") if c.strip())
+    config = base_config(args).with_overrides("model", path=args.model_path)
+    if config.model.path is not None and len(families) != 1:
+        raise UserInputError(f"a model path belongs to one family: give --models with one of them, got {args.models}")
+    settings = CacheBenchSettings(families, caches, args.height, args.width, args.num_frames, args.steps, args.repeats)
+    out = Path(args.out or f"outputs/bench-cache-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    report = bench_cache(config, settings, out)
+    print(markdown(report), end="")
+    print(f"wrote {out / 'cache.json'}, {out / 'cache.md'}")
+    return 0

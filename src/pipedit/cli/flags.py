@@ -46,7 +46,33 @@ def add_engine_flags(p, seed_help: str) -> None:
                    help="guidance's conditional and unconditional passes on two rank groups (models with CFG)")
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
+    add_compile_flag(p)
+    add_cache_flag(p)
     add_pipeline_flags(p)
+
+
+def add_compile_flag(p, help: str | None = None) -> None:
+    """--compile, shared by generate, render, serve and bench sp (config model.compile)."""
+    p.add_argument("--compile", action="store_true", default=None,
+                   help=help or "torch.compile the transformer's repeated blocks on the denoise ranks (regional; "
+                                "the first step of each new shape pays the compile time)")
+
+
+def cache_setting(text: str) -> str:
+    from ..cache.spec import parse_cache
+    from ..errors import UserInputError
+
+    try:
+        return str(parse_cache(text))
+    except UserInputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_cache_flag(p) -> None:
+    """--cache, shared by generate, render, serve and bench pipeline (config generation.cache)."""
+    p.add_argument("--cache", type=cache_setting,
+                   help="step caching: none, fbcache:T (First-Block Cache) or teacache:T (HunyuanVideo); "
+                        "T = 0 never skips (see docs/caching.md)")
 
 
 def add_model_flags(p) -> None:
@@ -67,6 +93,8 @@ def add_pipeline_flags(p) -> None:
     p.add_argument("--aco", choices=("off", "on", "auto"), help="idle decode ranks compute attention heads")
     p.add_argument("--text-encoder", choices=("auto", "dit", "vae"), help="which group holds the text encoders")
     p.add_argument("--handoff", choices=("object_store", "p2p"), help="latent handoff from denoise to decode ranks (default p2p)")
+    p.add_argument("--split-decode", choices=("auto", "off"),
+                   help="auto: all idle decode ranks share one video's decode; off: one video per decode rank")
 
 
 def base_config(args):
@@ -80,18 +108,18 @@ def engine_config(args):
     """The EngineConfig of add_engine_flags' flags: the --config file, flags override it."""
     config = base_config(args)
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
-                                   text_encoder_path=args.text_encoder_path)
+                                   text_encoder_path=args.text_encoder_path, compile=args.compile)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
                                    cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
-        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps,
+        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps, cache=args.cache,
     )
 
 
 def pipeline_overrides(config, args):
     return config.with_overrides(
         "parallel", decode_ranks=args.decode_ranks, ranks=args.ranks, aco=args.aco,
-        text_encoder=args.text_encoder, handoff=args.handoff,
+        text_encoder=args.text_encoder, handoff=args.handoff, split_decode=args.split_decode,
     )

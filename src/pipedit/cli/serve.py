@@ -4,6 +4,8 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
+    from .flags import add_cache_flag, add_compile_flag
+
     p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
     p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
     p.add_argument("--model-path", help="checkpoint folder (default: the config's, else the demo model)")
@@ -17,13 +19,16 @@ def add_parser(sub) -> None:
     p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
     p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
+    add_compile_flag(p)
+    add_cache_flag(p)
     p.set_defaults(run=run)
 
 
 def _config(args):
     from .flags import base_config
 
-    config = base_config(args).with_overrides("model", path=args.model_path)
+    config = base_config(args).with_overrides("model", path=args.model_path, compile=args.compile)
+    config = config.with_overrides("generation", cache=args.cache)  # requests without a cache take it
     return config.with_overrides(
         "serve", host=args.host, port=args.port, data_dir=args.data_dir, max_queued=args.max_queued,
         database_url=args.database_url, num_replicas=args.num_replicas,

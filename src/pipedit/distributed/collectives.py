@@ -111,3 +111,13 @@ def all_gather_async(tensor: torch.Tensor, group: ProcessGroup | None) -> Pendin
     faults.check(op="all_gather")
     work = dist.all_gather(parts, tensor, group=group, async_op=True)
     return Pending([work], lambda: parts, (tensor, *parts), "all_gather", dist.get_process_group_ranks(group))
+
+
+def all_reduce_async(tensor: torch.Tensor, group: ProcessGroup | None, op: str = "all_reduce") -> Pending[torch.Tensor]:
+    """Sum over the group's ranks into a new tensor (the input is left as it was; no group: the input)."""
+    if group is None:
+        return Pending.ready(tensor)
+    total = tensor.detach().clone().contiguous()
+    faults.check(op="all_reduce")
+    work = dist.all_reduce(total, op=dist.ReduceOp.SUM, group=group, async_op=True)
+    return Pending([work], lambda: total, (total,), op, dist.get_process_group_ranks(group))

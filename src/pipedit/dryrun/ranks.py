@@ -7,7 +7,10 @@ queue of requests:
                  the first, hands heads to the helpers), then rank 0 hands the latents to every
                  decode rank in turn (one request each: what a queue makes them do), or decodes
                  them itself without decode ranks
-  decode ranks   setup, one aco_serve per Aco step, one decode (its latents from rank 0)
+  decode ranks   setup, one aco_serve per Aco step, one decode (its latents from rank 0), and
+                 with split_decode (>= 2 decode ranks) one video split over all of them
+                 (decode_split: the lead receives from rank 0, broadcasts, gathers the pieces);
+                 its peak per rank is reported apart (split_peak_bytes)
 
 Values another rank would have sent through Ray (the prompt condition, the Aco shape) are
 fresh fake tensors of the right shapes on the receiving rank, made from a probe: a text-only
@@ -36,6 +39,7 @@ from ..adapter import load_adapter
 from ..config import EngineConfig
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
+from .cache_decisions import scripted_decisions
 from .fakeworld import device_path, fake_tensors, rank_group, remembered_values
 from .memory import StorageCounter
 from .models import fake_loading
@@ -52,6 +56,7 @@ class RankResult:
     peak_bytes: int = 0
     by_kind: dict[str, int] = field(default_factory=dict)
     tiled: bool | None = None  # the VAE decode's tiling decision, where this rank decoded
+    split_peak_bytes: int | None = None  # peak during a decode split over the decode group
 
 
 class _Tiling:
@@ -123,6 +128,17 @@ def _weights(adapter) -> list[torch.Tensor]:
     return found
 
 
+def _peak_during(counter: StorageCounter, body) -> int:
+    """The peak of live bytes while `body` runs; the counter's own peak stays the overall one."""
+    before = (counter.peak, counter._at_peak)
+    counter.peak = counter.current
+    body()
+    during = counter.peak
+    if before[0] >= during:
+        counter.peak, counter._at_peak = before
+    return during
+
+
 class WorldRun:
     def __init__(self, config: EngineConfig, layout: WorldLayout, model_path: str, request: VideoRequest,
                  capacity: float) -> None:
@@ -133,9 +149,11 @@ class WorldRun:
         self.cond: dict[str, torch.Tensor] = {}
         self.aco_shape = None
         self.aco_calls = 0
+        self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
 
     def run(self) -> list[RankResult]:
-        with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched():
+        with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched(), \
+                scripted_decisions():
             self._probe_condition()
             results = [self._rank(r, self._denoise) for r in self.layout.denoise_ranks]
             results += [self._rank(r, self._decode) for r in self.layout.decode_ranks]
@@ -162,6 +180,7 @@ class WorldRun:
             body(rank, counter)
             gc.collect()
         result.peak_bytes, result.by_kind, result.tiled = counter.peak, counter.peak_by_kind(), self.tiling.decided
+        result.split_peak_bytes = self.split_peaks.get(rank)
         return result
 
     def _worker(self, cls, rank: int, counter: StorageCounter):
@@ -191,6 +210,9 @@ class WorldRun:
         for decode_rank in self.layout.decode_ranks if rank == 0 else ():
             worker.job = job  # one request per decode rank: a queue's steady state
             worker.finish(decode_rank)
+        if rank == 0 and self.layout.split_decode:  # then one video split over the whole group
+            worker.job = job
+            worker.finish(self.layout.decode_ranks[0])
         if not self.layout.decode_ranks or rank != 0:
             worker.finish()
         worker.close()
@@ -203,4 +225,6 @@ class WorldRun:
             worker.aco_serve(self.aco_shape, self.aco_calls)
             counter.tag_live_as_state()
         worker.decode(self.request, None)
+        if self.layout.split_decode:
+            self.split_peaks[rank] = _peak_during(counter, lambda: worker.decode_split(self.request, None))
         worker.close()

@@ -127,8 +127,10 @@ class Recorder:
             tensors = _tensors(list(args) + [v for k, v in kwargs.items() if k != "group"])
             splits = [tuple(a) for a in args[2:4] if isinstance(a, (list, tuple))] if name == "all_to_all_single" else []
             recv_splits, send_splits = splits if len(splits) == 2 else (None, None)
-            log.calls[_members(kwargs.get("group"))].append(
-                Call(name, tuple(describe(t) for t in tensors), send_splits, recv_splits))
+            members = _members(kwargs.get("group"))
+            log.calls[members].append(Call(name, tuple(describe(t) for t in tensors), send_splits, recv_splits))
+            if name == "broadcast":
+                self._carry_broadcast(tensors[0], log.rank, kwargs.get("src"), (members, len(log.calls[members])))
             self._tag(tensors)
             work = original(*args, **kwargs)
             return RetainingWork(work, tensors) if kwargs.get("async_op") else work
@@ -163,6 +165,17 @@ class Recorder:
             values = self.mail[(peer, me)].popleft()
             if values is not None:
                 tensor.tolist = lambda: list(values)  # what rank code reads of a received header
+
+    def _carry_broadcast(self, tensor: torch.Tensor, me: int, src, key) -> None:
+        """A small integer broadcast (the split decode's mode) carries its values from the source,
+        which runs first (the lead decode rank), to the group's other members."""
+        if tensor.is_floating_point() or tensor.numel() > 16:
+            return
+        if me == src:
+            self.mail[key] = deque([getattr(tensor, "_dry_values", None)])
+        elif self.mail.get(key) and self.mail[key][0] is not None:
+            values = self.mail[key][0]
+            tensor.tolist = lambda: list(values)
 
     def _tag(self, tensors) -> None:
         if self.counter is not None:

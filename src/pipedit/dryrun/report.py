@@ -82,6 +82,10 @@ def table(report: dict) -> str:
         lines.append(f"{r['rank']:>4} {_role(r):<14} {','.join(r['holds']):<14} {kinds} {r['peak_bytes'] / GIB:>7.2f} "
                      f"{r['on_gpu_bytes'] / GIB:>7.2f} {r['planner_bytes'] / GIB:>7.2f} {r['planner_error']:>+6.0%} "
                      f"{tiled:>5} {'yes' if r['fits'] else 'NO'}")
+    split = [r for r in report["ranks"] if r.get("split_peak_bytes") is not None]
+    if split:
+        lines.append("one video split over the decode group, peak per rank (GiB): " + ", ".join(
+            f"rank {r['rank']} {r['split_peak_bytes'] / GIB:.2f}" for r in split))
     for group in report["collectives"]:
         if "calls" in group:
             counts = sorted({len(calls) for calls in group["calls"].values()})

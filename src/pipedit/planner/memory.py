@@ -55,9 +55,16 @@ def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, 
     return ALLOCATOR_OVERHEAD * (weights + peak) + CONTEXT_BYTES
 
 
-def decode_rank_bytes(model: ModelSpec, shape: Shape, with_text: bool, tiled: bool, aco: bool) -> float:
+def decode_rank_bytes(model: ModelSpec, shape: Shape, with_text: bool, tiled: bool, aco: bool,
+                      split_ranks: int = 1) -> float:
+    """split_ranks > 1: the rank may also lead a decode split over that many ranks (it holds the
+    whole decoded video then); the larger of the two peaks."""
     weights = model.vae_params * 2 + (model.text_params * 2 if with_text else 0)
     peak = vae_decode_peak_bytes(model, shape, tiled)
+    if split_ranks > 1:
+        from .split_decode import split_rank_bytes
+
+        peak = max(peak, split_rank_bytes(peak, model, shape, tiled, split_ranks, lead=True))
     if aco:  # a share of the heads' q, k, v and output over the whole sequence
         s = model.video_tokens(shape.height, shape.width, shape.frames) + model.text_tokens
         peak = max(peak, model.cfg_batch * s * model.hidden * 4 * ACT_BYTES / 2)

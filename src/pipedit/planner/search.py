@@ -11,6 +11,7 @@ from .hardware import Node
 from .memory import decode_rank_bytes, denoise_rank_bytes
 from .models import ModelSpec
 from .simulate import Timings, simulate
+from .split_decode import split_seconds, units
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,7 @@ class Candidate:
     aco: bool
     tiled: bool
     offload: bool = False  # the paper's baseline: modules moved to and from host memory
+    split_decode: bool = True  # an idle decode group splits one video (parallel.split_decode auto)
 
     def describe(self) -> str:
         chunk = "off" if self.chunk is None else str(self.chunk)
@@ -68,7 +70,11 @@ def timings(p: Problem, c: Candidate) -> Timings:
         gpus = c.ulysses * c.ring
         moved = (m.text_params * 2, m.dit_params * m.dit_bytes_per_param, m.vae_params * 2)
         offload = tuple(2 * n.offload_s(size, gpus) for size in moved)  # onto the GPUs and back
-    return Timings(steps=p.steps, step_s=step, decode_s=decode_seconds(m, s, n, c.tiled),
+    decode = decode_seconds(m, s, n, c.tiled)
+    split = None
+    if c.split_decode and c.decode_ranks >= 2 and units(m, s, c.tiled) >= 2:
+        split = split_seconds(decode, m, s, n, c.tiled, c.decode_ranks)
+    return Timings(steps=p.steps, step_s=step, decode_s=decode, split_decode_s=split,
                    text_s=text_seconds(m, n), step_aco_s=aco_step,
                    handoff_s=handoff_seconds(m, s, n) if c.decode_ranks else 0.0,
                    decode_ranks=c.decode_ranks, text_on_vae=text_on_vae(m, c.decode_ranks), offload_s=offload)
@@ -82,7 +88,8 @@ def peak_bytes(p: Problem, c: Candidate) -> float:
                    decode_rank_bytes(m, s, True, c.tiled, False))
     denoise = denoise_rank_bytes(m, s, c.ulysses, c.ring, with_text=not on_vae,
                                  with_vae=c.decode_ranks == 0, tiled=c.tiled)
-    decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco) if c.decode_ranks else 0.0
+    split = c.decode_ranks if c.split_decode else 1
+    decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco, split) if c.decode_ranks else 0.0
     return max(denoise, decode)
 
 

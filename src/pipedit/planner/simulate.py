@@ -5,6 +5,9 @@
   GPUs and the previous one back to host memory.
 - DeDiVAE: the denoise group runs requests back to back; each finished latent goes point to point
   to a FIFO decode queue served by N decode ranks, one video per rank.
+- split decode (split_decode_s set): a latent waits for a free decode rank; if every decode rank
+  is idle then, all of them decode it at once in split_decode_s (the scheduler's choice,
+  pipedit.runtime.scheduler); otherwise the free rank takes it alone.
 - Aco: a step whose start finds no decode running or queued uses the decode ranks for attention
   heads (its faster step time); otherwise the denoise group computes attention alone.
 Text encoding runs before each request's denoising when it lives with the DiT; beside the VAE
@@ -30,6 +33,7 @@ class Timings:
     decode_ranks: int = 0  # 0: sequential on the denoise ranks
     text_on_vae: bool = False
     offload_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # text encoder, DiT, VAE: in + out
+    split_decode_s: float | None = None  # one decode over all decode ranks; None: never split
 
 
 @dataclass(frozen=True)
@@ -75,9 +79,14 @@ def _pipelined(t: Timings, prompts: int) -> Outcome:
             else:
                 clock += t.step_s
         clock += t.handoff_s
-        start = max(clock, heapq.heappop(servers))
-        end = start + t.decode_s
-        heapq.heappush(servers, end)
+        start = max(clock, servers[0])  # the scheduler waits for a free decode rank
+        if t.split_decode_s is not None and max(servers) <= start:  # then every rank is idle
+            end = start + t.split_decode_s
+            servers = [end] * t.decode_ranks
+        else:
+            heapq.heappop(servers)
+            end = start + t.decode_s
+            heapq.heappush(servers, end)
         decodes.append((clock, end))
         done.append(end)
     return Outcome(max(done), tuple(done), aco_steps)

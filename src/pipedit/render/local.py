@@ -47,7 +47,7 @@ def shape_validator(config: EngineConfig) -> Validator:
 def request_for(line: RenderLine) -> VideoRequest:
     s = line.settings
     return VideoRequest(prompt=s["prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
-                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"])
+                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"], cache=s.get("cache"))
 
 
 class LocalRunner:

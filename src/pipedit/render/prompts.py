@@ -22,11 +22,11 @@ from ..errors import UserInputError
 
 # Keys a JSONL line may carry; anything else is an error (a typo must not silently use a default).
 LINE_KEYS = ("prompt", "name", "size", "height", "width", "num_frames", "steps", "seed",
-             "guidance_scale", "fps", "negative_prompt")
+             "guidance_scale", "fps", "negative_prompt", "cache")
 _INT_KEYS = ("height", "width", "num_frames", "steps", "seed", "fps")
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
-HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model")
+HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model", "cache")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
 
@@ -49,6 +49,8 @@ class RenderLine:
 
 def settings_key(settings: dict) -> str:
     picked = {k: settings.get(k) for k in HASHED}
+    if picked["cache"] in (None, "none"):  # uncached lines keep the keys they had before caching existed
+        del picked["cache"]
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -141,7 +143,14 @@ def _settings(given: dict, defaults: GenerationDefaults, model: str) -> dict:
         "num_frames": given.get("num_frames", defaults.num_frames), "steps": given.get("steps", defaults.steps),
         "seed": given.get("seed", defaults.seed), "fps": given.get("fps", defaults.fps),
         "guidance_scale": float(given.get("guidance_scale", defaults.guidance_scale)), "model": model,
+        "cache": _cache(given.get("cache", defaults.cache)),
     }
+
+
+def _cache(value) -> str:
+    from ..cache.spec import parse_cache
+
+    return str(parse_cache(value))
 
 
 def _size(given: dict, defaults: GenerationDefaults) -> tuple[int, int]:

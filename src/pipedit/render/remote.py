@@ -54,9 +54,12 @@ def model_identity(endpoint: str) -> str:
 
 def create_body(line: RenderLine) -> dict:
     s = line.settings
-    return {"prompt": s["prompt"], "size": f"{s['width']}x{s['height']}", "num_frames": s["num_frames"],
+    body = {"prompt": s["prompt"], "size": f"{s['width']}x{s['height']}", "num_frames": s["num_frames"],
             "num_inference_steps": s["steps"], "seed": s["seed"], "guidance_scale": s["guidance_scale"],
             "fps": s["fps"]}
+    if s.get("cache", "none") != "none":  # sent only when asked for: servers without caching refuse the field
+        body["cache"] = s["cache"]
+    return body
 
 
 def backoff(retry: int, retry_after: float | None) -> float:

@@ -129,7 +129,8 @@ def resolve_parallel(config: EngineConfig, model_path: str, heads: int) -> Paral
         return parallel
     g = config.generation
     request = VideoRequest("calibration: a red fox running through snow", height=g.height, width=g.width,
-                           num_frames=g.num_frames, steps=g.steps, seed=g.seed)
+                           num_frames=g.num_frames, steps=g.steps, seed=g.seed,
+                           cache="none")  # full steps: what the planner's rule balances
     measured = cached_request_times(config, model_path, request)
     decode = planned_decode_ranks(config, model_path) if measured is None else None
     if decode is None:

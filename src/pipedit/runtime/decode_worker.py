@@ -38,6 +38,37 @@ class DecodeWorker(RankWorker):
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
+    def split_units(self, request: VideoRequest) -> int:
+        """Units a decode of this request would be split into over the decode group now (1: none)."""
+        if self.decode_group is None or not hasattr(self.adapter, "split_units"):
+            return 1
+        return self.adapter.split_units(self.adapter.latent_shape(request.shape), len(self.decode_group.ranks))
+
+    def decode_split(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult | None:
+        """One video decoded by every decode rank (each called at once). The lead (first decode
+        rank) gets the latents as `decode` does and returns the VideoResult; the others None.
+        Any failure here leaves peers inside a collective: the group is rebuilt (rank_failure)."""
+        from . import split_decode
+
+        group = self.decode_group
+        lead = self.rank == group.lead
+        faults.enter(phase="decode", prompt=request.prompt)
+        if lead and latents is None:
+            try:
+                latents = self._receive_latents(request)
+            except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
+                raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
+        shape = self.adapter.latent_shape(request.shape)
+        mode = self.adapter.decode_mode(shape) if lead else 0
+        latents, mode = split_decode.share(latents.to(self.device) if lead else None, mode, shape, self.device, group)
+        faults.check()
+        plan = self.adapter.split_plan(latents, mode, len(group.ranks))
+        video = split_decode.decode_share(plan, group, self.device)
+        if not lead:
+            return None
+        frames = self.adapter.frames(video)[0].cpu()
+        return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
+
     def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
         latents = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
         p2p.post(recvs=[(latents, 0)], op="latent handoff receive").wait(host=True)  # the form rank 0 sends in

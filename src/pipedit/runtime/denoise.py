@@ -30,6 +30,7 @@ class DenoiseJob:
     predict: Callable[..., torch.Tensor]  # adapter.predict_noise, or a CFG-parallel predictor
     generator: torch.Generator | None = None
     steps_done: int = 0
+    cache: Any = None  # this request's step-cache state (pipedit.cache.state.CacheState); None: uncached
 
     @classmethod
     def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],

@@ -20,6 +20,7 @@ class WorldLayout:
     aco: bool = False  # denoise attention can hand heads to idle decode ranks
     handoff: str = "p2p"
     cfg: int = 1  # SP groups side by side, one per guidance branch (2 with --cfg-parallel)
+    split_decode: bool = False  # one video's decode may be split over the decode group (>= 2 decode ranks)
 
     @classmethod
     def from_config(cls, parallel: ParallelConfig, preferred_text_on: str) -> "WorldLayout":
@@ -32,6 +33,7 @@ class WorldLayout:
             text_on=text_on if decode else "dit",
             aco=decode > 0 and parallel.ring == 1 and parallel.aco != "off" and not parallel.cfg_parallel,
             handoff=parallel.handoff, cfg=2 if parallel.cfg_parallel else 1,
+            split_decode=decode >= 2 and parallel.split_decode != "off",
         )
 
     @property

@@ -22,6 +22,7 @@ from ..errors import UserInputError
 from ..logs import quiet_libraries
 from ..request import VideoRequest
 from .layout import WorldLayout
+from .split_decode import DecodeGroup, make_decode_group
 
 
 
@@ -33,6 +34,7 @@ class RankWorker:
         self.device = resolve_rank_device(config.model.device)  # indexed on CUDA (cuda:N)
         self.adapter = None
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
+        self.decode_group: DecodeGroup | None = None  # the decode ranks' group, for split decodes
         self._stream_for_encoding = None  # CUDA only, made at the first encode
         faults.set_rank(rank)
         if layout.world_size > 1:
@@ -64,6 +66,8 @@ class RankWorker:
                 self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device,
                 cfg_degree=self.layout.cfg,
             )
+            # Collective too: every rank enters the decode group's creation, in this order.
+            self.decode_group = make_decode_group(self.layout.decode_ranks, self.layout.split_decode)
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,

@@ -45,6 +45,7 @@ class PipelineScheduler:
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
+        self.split_units: dict = {}  # VideoShape -> units of a split decode, asked once per shape
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
@@ -81,8 +82,10 @@ class _Decoding:
     handed: float  # when its latents were handed off
     timings: dict
     # The denoise ranks' `finish` calls: collected with the decode, so that no result ref (rank 0's
-    # latents, with the object-store handoff) stays pinned in the executor's bookkeeping.
+    # latents, with the object-store handoff) stays pinned in the executor's bookkeeping. A split
+    # decode's other ranks' calls are collected with them (a failure there fails the request).
     finish: list = field(default_factory=list)
+    helpers: tuple[int, ...] = ()  # the other decode ranks of a split decode (freed with `rank`)
 
 
 class _Run:
@@ -162,6 +165,8 @@ class _Run:
             self._check_group()
         timings["denoise_s"] = time.perf_counter() - start
         timings["aco_steps"] = aco_steps
+        # Step cache: transformer evaluations computed and skipped (nothing when uncached).
+        timings.update(self.ex.call_rank(0, "cache_report", timeout=self.deadlines.call_s))
 
     def _hand_off(self, request: VideoRequest, timings: dict, started: float):
         self.emit(RequestEvent(request.request_id, RequestStatus.DECODING))
@@ -174,14 +179,33 @@ class _Run:
             self._check_group()
             yield from self._collect(block=True, first_only=True)
         self._check_group()
-        rank = self.free.popleft()
+        split = self._split_now(request)
+        timings["decode_ranks"] = len(split) if split else 1
+        rank = split[0] if split else self.free.popleft()
         finish = self.ex.submit("finish", rank)
         latents = finish[0] if self.layout.handoff == "object_store" else None
-        ref = self.ex.submit_rank(rank, "decode", request, latents)
-        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings, finish)
+        if split:  # every decode rank at once; the lead (first) receives the latents, returns the frames
+            self.free.clear()
+            ref = self.ex.submit_rank(rank, "decode_split", request, latents)
+            finish += [self.ex.submit_rank(r, "decode_split", request, None) for r in split[1:]]
+        else:
+            ref = self.ex.submit_rank(rank, "decode", request, latents)
+        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings, finish, split[1:])
         if not self.pipelined:
             yield from self._collect(block=True)
         return None
+
+    def _split_now(self, request: VideoRequest) -> tuple[int, ...]:
+        """The decode ranks to split this video's decode over (lead first), or () for one rank:
+        split only when every decode rank is idle (nothing in flight: no queue to serve, so
+        latency wins) and the video has at least two units to share."""
+        ranks = self.layout.decode_ranks
+        if not self.layout.split_decode or self.in_flight or len(self.free) < len(ranks):
+            return ()
+        if request.shape not in self.s.split_units:  # asked once per video shape
+            self.s.split_units[request.shape] = self.ex.call_rank(ranks[0], "split_units", request,
+                                                                  timeout=self.deadlines.call_s)
+        return ranks if self.s.split_units[request.shape] >= 2 else ()
 
     def _collect(self, block: bool, first_only: bool = False) -> Iterator[Outcome]:
         while self.in_flight:
@@ -209,7 +233,7 @@ class _Run:
 
     def _collected(self, ref) -> Iterator[Outcome]:
         decoding = self.in_flight.pop(ref)
-        self.free.append(decoding.rank)
+        self.free.extend((decoding.rank, *decoding.helpers))
         try:
             result = self.ex.get(ref)
             self.ex.get(decoding.finish)  # done long ago (the decode had its latents)

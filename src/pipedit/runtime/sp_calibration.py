@@ -39,7 +39,7 @@ def measure_sp_step(config: EngineConfig, model_path: str, request: VideoRequest
     parallel = replace(config.parallel, ulysses=SP_RANKS, ring=1, decode_ranks=0, ranks=None,
                        pipesp_chunk="off", aco="off")
     model = replace(config.model, path=model_path)
-    timed = replace(request, steps=WARMUP_STEPS + TIMED_STEPS)
+    timed = replace(request, steps=WARMUP_STEPS + TIMED_STEPS, cache="none")  # every timed step computes
     started_ray = ensure_ray(SP_RANKS)
     try:
         with Engine(replace(config, model=model, parallel=parallel)) as engine:

@@ -12,6 +12,7 @@ import torch
 
 from .. import faults
 from ..attention.aco import AcoShape
+from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
@@ -33,6 +34,14 @@ class DenoiseWorker(RankWorker):
             self.predict = CfgParallelPredictor(self.adapter, self.ctx)
         if self.layout.world_size > 1:
             self.sp = SequenceParallelRuntime.install(self.adapter, self.ctx, self.layout, self.config.parallel)
+        if self.config.model.compile:  # after the attention processors are final, before any block wrapper
+            from .compile import apply_compile
+
+            apply_compile(self.adapter.transformer, self.device)
+        # Step caching agrees its decisions over every denoise rank; Aco helpers hear of skips.
+        on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
+        groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
+        self.cache = WorkerCache(self.adapter, groups, on_skip)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
@@ -77,7 +86,9 @@ class DenoiseWorker(RankWorker):
         cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
-        self.job = DenoiseJob.start(self.adapter, request, cond, self.predict)
+        job = DenoiseJob.start(self.adapter, request, cond, self.predict)
+        job.cache = self.cache.new_state(request.cache, self.config.generation.cache, job.total_steps)
+        self.job = job
         return self.job.total_steps
 
     def step(self, aco: bool = False) -> int:
@@ -85,7 +96,8 @@ class DenoiseWorker(RankWorker):
         faults.check()
         self._set_aco(aco)
         try:
-            self.job.step(self.adapter)
+            with self.cache.running(self.job.cache):
+                self.job.step(self.adapter)
             deadline.settle()  # device-side ops of this step completed in time
         finally:
             self._set_aco(False)
@@ -96,6 +108,10 @@ class DenoiseWorker(RankWorker):
             raise RuntimeError("this world has no Aco helpers (no decode ranks, or ring > 1)")
         if self.sp is not None and self.sp.aco_capable:
             self.sp.strategy.active = active
+
+    def cache_report(self) -> dict[str, float]:
+        """The current job's transformer evaluations computed and skipped ({} when uncached)."""
+        return self.job.cache.report() if self.job is not None and self.job.cache is not None else {}
 
     def time_forward(self, aco: bool) -> float:
         """Seconds for one transformer forward on the current job, without advancing it."""

@@ -1,0 +1,36 @@
+"""The collective part of a decision: local sums -> the sums over every denoise rank.
+
+Each denoise rank holds a sequence shard (Ulysses/Ring/USP) and, under CFG parallel, one branch
+of the signal, so the single-device distance sum|a-b| / sum|b| is a ratio of two global sums:
+one all-reduce of a 2-element tensor per group (the SP group, then the rank's CFG peers) gives
+every rank the same two numbers, hence the same decision. A max of per-rank ratios would be a
+different number and could split the ranks near the threshold (shards then diverge, or a rank
+waits in a collective its peers skipped)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from ..distributed.collectives import all_reduce_async
+
+
+def global_sums(local: torch.Tensor, groups: Sequence) -> list[float]:
+    """Sums of `local` (float32) over every rank of `groups` (None entries: a group of one).
+    Runs under the op deadline; the host reads the result (the decision is a host branch)."""
+    total = local
+    for group in groups:
+        if group is not None:
+            total = all_reduce_async(total, group, op="step cache decision").wait(host=True)
+    return [float(v) for v in total.tolist()]
+
+
+class Agreement:
+    """global_sums over fixed groups; `groups` empty on one rank."""
+
+    def __init__(self, groups: Sequence = ()):
+        self.groups = tuple(g for g in groups if g is not None)
+
+    def __call__(self, local: torch.Tensor) -> list[float]:
+        return global_sums(local, self.groups)
