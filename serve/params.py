@@ -80,14 +80,21 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
     _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
     return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds,
-                       _cache(given.get("cache", defaults.cache)))
+                       _cache(given.get("cache", defaults.cache), validate))
 
 
-def _cache(value) -> str:
+def _cache(value, validate: ShapeValidator | None) -> str:
+    """The cache setting, checked against the served family too (teacache needs its published
+    coefficients), so that a job the store accepts does not fail in the engine for it."""
+    from pipedit.cache.policy import teacache_coefficients
     from pipedit.cache.spec import parse_cache
 
+    family = getattr(getattr(validate, "__self__", None), "family", None)  # the adapter's, when known
     try:
-        return str(parse_cache(value))
+        spec = parse_cache(value)
+        if spec.kind == "teacache" and family is not None:
+            teacache_coefficients(family)
+        return str(spec)
     except UserInputError as error:
         raise invalid(str(error), "cache") from None
 

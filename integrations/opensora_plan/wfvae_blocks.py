@@ -116,6 +116,18 @@ class ResnetBlock2D(nn.Module):
         return per_frame(self._forward, x)
 
 
+# Frames attend only within themselves, so the mid block's attention runs a few frames per call.
+# Where a kernel materialises the scores ((h*w)^2 per frame: the math path on CPU, and on GPUs for
+# this head dim of 512, beyond the fused kernels' 256) all 33 frames of a 720p video at once take
+# 55 GiB (the dry run's count); this budget bounds them. The results are the same: each frame's
+# attention is computed alone either way.
+ATTENTION_SCORE_BUDGET_BYTES = 2 << 30
+
+
+def frames_per_attention_call(tokens_per_frame: int) -> int:
+    return max(1, ATTENTION_SCORE_BUDGET_BYTES // (4 * tokens_per_frame * tokens_per_frame))
+
+
 class AttnBlock3DFix(nn.Module):
     """Single-head attention over h*w within each frame, scale c^-1/2, residual."""
 
@@ -134,7 +146,10 @@ class AttnBlock3DFix(nn.Module):
         def tokens(t):  # [B*T, 1, h*w, C]
             return t.permute(0, 2, 3, 4, 1).reshape(batch * frames, 1, height * width, channels)
 
-        out = F.scaled_dot_product_attention(tokens(self.q(h)), tokens(self.k(h)), tokens(self.v(h)))
+        q, k, v = tokens(self.q(h)), tokens(self.k(h)), tokens(self.v(h))
+        step = frames_per_attention_call(height * width)
+        out = torch.cat([F.scaled_dot_product_attention(q[i:i + step], k[i:i + step], v[i:i + step])
+                         for i in range(0, q.shape[0], step)])
         out = out.reshape(batch, frames, height, width, channels).permute(0, 4, 1, 2, 3)
         return x + self.proj_out(out)
 

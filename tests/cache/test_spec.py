@@ -67,6 +67,31 @@ def test_cli_flag_and_api_field_name_the_allowed_forms(capsys):
     assert error.value.status == 400 and error.value.param == "cache" and "fbcache:T" in str(error.value)
 
 
+def test_the_api_refuses_teacache_for_a_family_without_coefficients():
+    """The server checks the cache against the served model's family (its shape validator is the
+    adapter's bound method), so the job is refused with 400 instead of failing in the engine."""
+    from pipedit.serve.errors import ApiError
+    from pipedit.serve.params import ServiceLimits
+    from pipedit.serve.params import resolve as resolve_params
+    from pipedit.serve.schemas import VideoCreateParams
+
+    class Adapter:
+        def __init__(self, family):
+            self.family = family
+
+        def validate(self, shape, steps):
+            pass
+
+    limits, defaults = ServiceLimits(), GenerationDefaults()
+    ask = VideoCreateParams(prompt="a cat", cache="teacache:0.1")
+    assert resolve_params(ask, "demo", defaults, limits, Adapter("hunyuan_video").validate).cache == "teacache:0.1"
+    with pytest.raises(ApiError) as error:
+        resolve_params(ask, "demo", defaults, limits, Adapter("opensora-plan").validate)
+    assert error.value.status == 400 and error.value.param == "cache" and "hunyuan_video" in str(error.value)
+    fb = VideoCreateParams(prompt="a cat", cache="fbcache:0.1")
+    assert resolve_params(fb, "demo", defaults, limits, Adapter("opensora-plan").validate).cache == "fbcache:0.1"
+
+
 def test_render_lines_take_a_cache_each(tmp_path):
     from pipedit.render.prompts import read_lines
     from pipedit.render.remote import create_body

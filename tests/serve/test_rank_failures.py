@@ -28,7 +28,7 @@ from serve_helpers import MODEL, SMALL, call, serve_in_thread, wait_status
 
 pytestmark = pytest.mark.slow
 BOUND_S = 150.0
-OP_FLOOR_S = 15.0
+OP_FLOOR_S = 10.0
 FAULTS = ",".join([
     "kill:phase=decode:prompt=KILL-DECODE:once",
     "kill:rank=1:step=1:prompt=KILL-DENOISE:once",

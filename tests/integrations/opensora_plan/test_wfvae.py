@@ -95,3 +95,23 @@ def test_encoder_gives_latents_of_the_decoder_shape(tmp_path):
     assert latents.shape == (1, 8, 3, 4, 6)
     assert vae.decode(latents).shape == video.shape
     assert load_wfvae(tmp_path / "vae", with_encoder=False).encoder is None
+
+
+def test_mid_block_attention_in_frame_chunks_equals_all_frames_at_once(tmp_path, monkeypatch):
+    """The mid block's attention runs a few frames per call (bounded score memory). Frames attend
+    only within themselves, so one frame per call must decode the same video as all at once;
+    allowed: float rounding of a kernel that blocks its work by batch size (1e-6 of the peak)."""
+    from pipedit.integrations.opensora_plan import wfvae_blocks
+
+    _write(tmp_path / "vae", 2, "state_dict")
+    vae = load_wfvae(tmp_path / "vae")
+    z = _latents(5)
+    assert wfvae_blocks.frames_per_attention_call(4 * 6) >= 5  # the demo: every frame in one call
+    whole = vae.decode(z)
+    monkeypatch.setattr(wfvae_blocks, "ATTENTION_SCORE_BUDGET_BYTES", 4 * (4 * 6) ** 2)
+    assert wfvae_blocks.frames_per_attention_call(4 * 6) == 1
+    chunked = vae.decode(z)
+    assert (chunked - whole).abs().max() <= 1e-6 * whole.abs().max()
+    # 720p: 90x160 latent tokens per frame, 0.8 GiB of float32 scores each: two frames per call.
+    monkeypatch.undo()
+    assert wfvae_blocks.frames_per_attention_call(90 * 160) == 2
