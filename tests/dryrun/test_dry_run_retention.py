@@ -65,3 +65,21 @@ def test_with_the_fix_communication_memory_is_flat(tmp_path, demo_checkpoint):
     many, many_peak = _comm_at_peak(tmp_path, demo_checkpoint, 6)
     assert many == few
     assert many_peak - few_peak < 0.05 * few_peak + 4 * 1024 ** 2  # weights of 8 more blocks only
+
+
+def test_remembered_values_leave_torch_device_factories_intact():
+    """torch.device(...) as a context knows its factory functions from a set built once per
+    process; built while the dry run's torch.tensor wrapper stood in, it lost the real torch.tensor
+    for good (transformers' from_pretrained then left CLIP's position_ids uninitialised)."""
+    import torch
+    from torch.utils._device import _device_constructors
+
+    from pipedit.dryrun.fakeworld import remembered_values
+
+    _device_constructors.cache_clear()
+    try:
+        with remembered_values():
+            _device_constructors()  # the first build happens inside the window
+        assert torch.tensor in _device_constructors()
+    finally:
+        _device_constructors.cache_clear()

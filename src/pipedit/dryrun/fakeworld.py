@@ -80,6 +80,14 @@ def remembered_values() -> Iterator[None]:
     """Small integer tensors made from Python data (`torch.tensor([...])`, e.g. Aco's headers)
     remember their values as `_dry_values`: the recorder carries them to the receiving rank,
     whose rank code reads them (`header.tolist()`); fake tensors have no values otherwise."""
+    # Hazard: torch.device(...) as a context manager decides which calls are factories from a set
+    # built once per process (torch.utils._device._device_constructors, lru_cached). Built while the
+    # wrapper below stands in for torch.tensor, it would miss the real one for the rest of the
+    # process: a later model build under torch.device("meta") (transformers' from_pretrained) then
+    # leaves buffers made with torch.tensor uninitialised. Build it first, from the real functions.
+    from torch.utils._device import _device_constructors
+
+    _device_constructors()
     original = torch.tensor
 
     def tensor(data, *args, **kwargs):
