@@ -18,10 +18,11 @@ from .errors import InvalidRequestError, ModelPathError
 _MODELS: dict[str, str] = {
     "hunyuan-video": "pipedit.integrations.hunyuan_video.adapter:HunyuanVideoAdapter",
     "opensora-plan": "pipedit.integrations.opensora_plan.adapter:OpenSoraPlanAdapter",
+    "wan": "pipedit.integrations.wan.adapter:WanAdapter",
 }
 MODEL_NAMES = tuple(_MODELS)
 # pipeline class in model_index.json -> model name.
-_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video"}
+_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video", "WanPipeline": "wan"}
 # Checkpoints without model_index.json: model name -> "module:function" telling whether a folder
 # holds that model's official release layout.
 _LAYOUT_DETECTORS: dict[str, str] = {

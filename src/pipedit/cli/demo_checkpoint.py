@@ -10,8 +10,9 @@ def add_parser(sub) -> None:
 
     p = sub.add_parser("demo-checkpoint", help="write an offline synthetic checkpoint (default: the tiny HunyuanVideo demo)")
     p.add_argument("directory", help="folder to create (the model's release layout)")
-    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan"), default="hunyuan-video",
-                   help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/)")
+    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan", "wan"), default="hunyuan-video",
+                   help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/); "
+                        "wan: a tiny Wan2.1 text-to-video WanPipeline in the diffusers layout")
     p.add_argument("--preset", default=DEFAULT_PRESET,
                    help="; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items()))
     p.set_defaults(run=run)
@@ -27,8 +28,18 @@ def run(args) -> int:
             raise UserInputError("--preset applies to hunyuan-video only")
         print(write_demo_cli(args.directory))
         return 0
+    if args.model == "wan":
+        from ..integrations.wan.demo_checkpoint import write_demo_checkpoint as write_wan
+
+        if args.preset != DEFAULT_PRESET:
+            raise UserInputError("--preset applies to hunyuan-video only")
+        return _write_and_print(write_wan, args.directory)
+    return _write_and_print(write_preset, args.directory, args.preset)
+
+
+def _write_and_print(write, directory, *options) -> int:
     try:
-        path = write_preset(args.directory, args.preset)
+        path = write(directory, *options)
     except FileExistsError as error:
         raise UserInputError(str(error)) from None
     print(path)

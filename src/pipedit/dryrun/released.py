@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pipedit.errors import UserInputError
 from pipedit.planner.models import HUNYUAN_VAE
 
 _HUNYUAN_INDEX = {
@@ -85,5 +86,6 @@ def released_checkpoint(model: str, folder: str | Path) -> Path:
         _write(root / "vae", "config.json", _WFVAE)
         _write(root / "text_encoder", "config.json", _MT5_XXL)
     else:
-        raise ValueError(f"no released configs for {model!r}")
+        raise UserInputError(f"dry-run has no released configs for {model!r} yet: use --model hunyuan-video or "
+                             f"opensora-plan, or give --model-path")
     return root

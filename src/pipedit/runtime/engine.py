@@ -33,9 +33,23 @@ def resolve_model_path(path: str | None, model: str | None = None) -> Path:
         from pipedit.integrations.opensora_plan.demo_checkpoint import ensure_demo_checkpoint as ensure_opensora
 
         return ensure_opensora()
+    if model == "wan":
+        from pipedit.integrations.wan.demo_checkpoint import ensure_demo_checkpoint as ensure_wan
+
+        return ensure_wan()
     from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
 
     return ensure_demo_checkpoint()
+
+
+def check_single_rank(adapter_class, parallel) -> None:
+    """A family that runs on one rank only (its `single_rank_reason` says why and what to drop)
+    refuses any layout of more than one rank, before a rank starts."""
+    reason = getattr(adapter_class, "single_rank_reason", None)
+    many = (parallel.ulysses > 1 or parallel.ring > 1 or parallel.cfg_parallel or parallel.decode_ranks != 0
+            or (parallel.ranks or 1) > 1 or parallel.aco == "on")
+    if reason and many:
+        raise UserInputError(reason)
 
 
 class Engine:
@@ -44,6 +58,7 @@ class Engine:
         model_path = str(resolve_model_path(config.model.path, config.model.name))
         adapter_class = adapter_class_for(model_path, config.model.name)
         heads = attention_heads(model_path, config.model.name)
+        check_single_rank(adapter_class, config.parallel)  # before decode_ranks auto calibrates
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
         if parallel.cfg_parallel:

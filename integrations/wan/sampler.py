@@ -1,0 +1,42 @@
+"""The checkpoint's own scheduler (Wan releases name UniPC multistep with flow prediction), a fresh
+instance per request, stepped as WanPipeline steps it; and Wan's guidance formula."""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+
+class GeneratorFreeStep:
+    """A scheduler whose step() takes no generator (UniPC is deterministic) behind pipedit's loop,
+    which passes the request's generator to every step: the generator is dropped, nothing is drawn."""
+
+    def __init__(self, scheduler):
+        self.inner = scheduler
+
+    def step(self, model_output, timestep, sample, generator=None, return_dict: bool = True):
+        return self.inner.step(model_output, timestep, sample, return_dict=return_dict)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.__dict__["inner"], name)
+
+
+def make_scheduler(template, steps: int, device) -> tuple[Any, torch.Tensor]:
+    """A new scheduler of the checkpoint's class and config, timesteps set as WanPipeline sets them."""
+    scheduler = type(template).from_config(template.config)
+    scheduler.set_timesteps(steps, device=device)
+    scheduler.set_begin_index(0)
+    if "generator" not in inspect.signature(scheduler.step).parameters:
+        scheduler = GeneratorFreeStep(scheduler)
+    return scheduler, scheduler.timesteps
+
+
+def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
+    """[uncond, cond] -> uncond + g * (cond - uncond), in the predictions' dtype as WanPipeline
+    computes it; a single prediction passes through."""
+    if len(preds) == 1:
+        return preds[0]
+    uncond, cond = preds
+    return uncond + guidance_scale * (cond - uncond)
