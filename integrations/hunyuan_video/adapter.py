@@ -13,7 +13,7 @@ import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 from diffusers.utils.torch_utils import randn_tensor
 
-from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, read_model_index
+from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
@@ -207,10 +207,7 @@ class HunyuanVideoAdapter:
     def _scaled(self, latents: torch.Tensor) -> torch.Tensor:
         return latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
 
-    @staticmethod
-    def frames(video: torch.Tensor) -> torch.Tensor:
-        """The VAE's video [B, 3, F, H, W] in [-1, 1] -> frames [B, F, H, W, 3] in [0, 1]."""
-        return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
+    frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]
 
     def _set_tiling(self, latent_shape) -> None:
         """Decided per decode, for this latent shape and the memory free now. Untiled keeps

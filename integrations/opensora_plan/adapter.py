@@ -16,9 +16,10 @@ import torch
 from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape
 from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
+from pipedit.guidance import combine_guidance, guided_branches
 
 from .checkpoint import TEXT_ENCODER_FOLDER, VAE_FOLDER, find_transformer_folder, read_json
-from .sampler import combine_guidance, initial_noise, make_scheduler
+from .sampler import initial_noise, make_scheduler
 from .text_encoding import NEGATIVE_PROMPT, POSITIVE_TEMPLATE, encode_text, load_text_encoder
 
 VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # WFVAEModel_D8_4x8x8
@@ -127,8 +128,7 @@ class OpenSoraPlanAdapter:
 
     def branches_for(self, cond: dict[str, torch.Tensor], guidance_scale: float) -> list[dict[str, torch.Tensor]]:
         """Both branches when guidance applies (guidance_scale > 1), else the positive one only."""
-        branches = self.cfg_branches(cond)
-        return branches if guidance_scale > 1 else branches[1:]
+        return guided_branches(self.cfg_branches(cond), guidance_scale)
 
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,

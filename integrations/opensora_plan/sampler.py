@@ -28,11 +28,3 @@ def initial_noise(shape: tuple[int, ...], generator: torch.Generator, device) ->
     """Unit randn from the request's CPU generator (its first draw); the denoising job scales it
     by the scheduler's init_noise_sigma."""
     return torch.randn(shape, generator=generator, dtype=torch.float32).to(device)
-
-
-def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
-    """[uncond, cond] -> uncond + g * (cond - uncond); a single prediction passes through."""
-    if len(preds) == 1:
-        return preds[0]
-    uncond, cond = preds
-    return uncond + guidance_scale * (cond - uncond)

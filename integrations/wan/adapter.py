@@ -16,12 +16,13 @@ from __future__ import annotations
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
-from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, read_model_index
+from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
+from pipedit.guidance import combine_guidance, guided_branches
 
-from .sampler import combine_guidance, make_scheduler
+from .sampler import make_scheduler
 from .text_encoding import DEFAULT_NEGATIVE_PROMPT, encode_text
 
 SINGLE_RANK_REASON = (
@@ -121,8 +122,7 @@ class WanAdapter:
 
     def branches_for(self, cond: dict[str, torch.Tensor], guidance_scale: float) -> list[dict[str, torch.Tensor]]:
         """Both branches when guidance applies (guidance_scale > 1, as WanPipeline), else the positive one."""
-        branches = self.cfg_branches(cond)
-        return branches if guidance_scale > 1 else branches[1:]
+        return guided_branches(self.cfg_branches(cond), guidance_scale)
 
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
@@ -183,7 +183,4 @@ class WanAdapter:
         video = self.vae.decode(latents / inverse_std + mean, return_dict=False)[0]
         return self.frames(video)
 
-    @staticmethod
-    def frames(video: torch.Tensor) -> torch.Tensor:
-        """The VAE's video [B, 3, F, H, W] in [-1, 1] -> frames [B, F, H, W, 3] in [0, 1]."""
-        return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
+    frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]

@@ -1,5 +1,5 @@
 """The checkpoint's own scheduler (Wan releases name UniPC multistep with flow prediction), a fresh
-instance per request, stepped as WanPipeline steps it; and Wan's guidance formula."""
+instance per request, stepped as WanPipeline steps it."""
 
 from __future__ import annotations
 
@@ -31,12 +31,3 @@ def make_scheduler(template, steps: int, device) -> tuple[Any, torch.Tensor]:
     if "generator" not in inspect.signature(scheduler.step).parameters:
         scheduler = GeneratorFreeStep(scheduler)
     return scheduler, scheduler.timesteps
-
-
-def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
-    """[uncond, cond] -> uncond + g * (cond - uncond), in the predictions' dtype as WanPipeline
-    computes it; a single prediction passes through."""
-    if len(preds) == 1:
-        return preds[0]
-    uncond, cond = preds
-    return uncond + guidance_scale * (cond - uncond)

@@ -58,6 +58,12 @@ def check_video_shape(shape: VideoShape, steps: int, *, size_multiple: int, fram
         raise InvalidRequestError(f"steps must be at least 1, got {steps}")
 
 
+def frames_from_vae(video: torch.Tensor) -> torch.Tensor:
+    """A VAE's video [B, 3, F, H, W] in [-1, 1] -> frames [B, F, H, W, 3] float in [0, 1], as the
+    diffusers pipelines postprocess it (OpenSoraPlan floors to the uint8 grid on top: its own)."""
+    return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
+
+
 class ModelAdapter(Protocol):
     """One model family. Loads the parts a rank's role needs (`parts`); shapes come from the
     component configs, so every role can validate requests and size buffers."""

@@ -29,11 +29,7 @@ class DecodeWorker(RankWorker):
         """Decodes the latents handed over through the object store, or receives them from
         denoise rank 0 (p2p handoff: `latents` is None)."""
         faults.enter(phase="decode", prompt=request.prompt)
-        if latents is None:
-            try:
-                latents = self._receive_latents(request)
-            except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
-                raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
+        latents = self._handed(request, latents)
         faults.check()
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
@@ -53,11 +49,8 @@ class DecodeWorker(RankWorker):
         group = self.decode_group
         lead = self.rank == group.lead
         faults.enter(phase="decode", prompt=request.prompt)
-        if lead and latents is None:
-            try:
-                latents = self._receive_latents(request)
-            except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
-                raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
+        if lead:
+            latents = self._handed(request, latents)
         shape = self.adapter.latent_shape(request.shape)
         mode = self.adapter.decode_mode(shape) if lead else 0
         latents, mode = split_decode.share(latents.to(self.device) if lead else None, mode, shape, self.device, group)
@@ -69,10 +62,16 @@ class DecodeWorker(RankWorker):
         frames = self.adapter.frames(video)[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
-    def _receive_latents(self, request: VideoRequest) -> torch.Tensor:
-        latents = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
-        p2p.post(recvs=[(latents, 0)], op="latent handoff receive").wait(host=True)  # the form rank 0 sends in
-        return latents
+    def _handed(self, request: VideoRequest, latents: torch.Tensor | None) -> torch.Tensor:
+        """The latents from the object store, or (None) received from denoise rank 0 (p2p handoff)."""
+        if latents is not None:
+            return latents
+        received = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
+        try:  # the form rank 0 sends in
+            p2p.post(recvs=[(received, 0)], op="latent handoff receive").wait(host=True)
+        except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
+            raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
+        return received
 
     def aco_serve(self, shape: AcoShape, calls: int) -> int:
         """Serve `calls` attention calls (one transformer forward) for the denoise ranks."""

@@ -1,0 +1,22 @@
+"""Classifier-free guidance as the models with a negative branch run it (OpenSoraPlan, Wan):
+which branches a step needs and how their predictions combine. Shared by the adapters' CFG seam
+(`branches_for`, `combine_guidance`) and so by CFG parallel, which calls the adapter's."""
+
+from __future__ import annotations
+
+import torch
+
+
+def guided_branches(branches: list, guidance_scale: float) -> list:
+    """[negative, positive] -> both when guidance applies (guidance_scale > 1, as the reference
+    pipelines decide), else the positive one only."""
+    return branches if guidance_scale > 1 else branches[1:]
+
+
+def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
+    """[uncond, cond] -> uncond + g * (cond - uncond), in the predictions' dtype; a single
+    prediction passes through."""
+    if len(preds) == 1:
+        return preds[0]
+    uncond, cond = preds
+    return uncond + guidance_scale * (cond - uncond)
