@@ -32,6 +32,8 @@ class HunyuanVideoAdapter:
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
+    takes_negative_prompt = False  # embedded guidance: no negative branch
+    takes_image = needs_image = False
 
     def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
                  vae_tiling: str = "auto"):

@@ -30,6 +30,8 @@ class OpenSoraPlanAdapter:
     family = "opensora-plan"
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
+    takes_negative_prompt = True
+    takes_image = needs_image = False
     accepts_text_encoder_path = True
     ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
     temporal_ratio = VAE_TEMPORAL  # frames per latent frame (the server lists 4k+1 frame counts)
@@ -103,11 +105,13 @@ class OpenSoraPlanAdapter:
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]:
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the official sample script's negative prompt (NEGATIVE_PROMPT)."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
         embeds, mask = encode_text(self.tokenizer, self.text_encoder, POSITIVE_TEMPLATE.format(prompt), self.device)
-        negative, negative_mask = encode_text(self.tokenizer, self.text_encoder, NEGATIVE_PROMPT, self.device)
+        negative_text = NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
+        negative, negative_mask = encode_text(self.tokenizer, self.text_encoder, negative_text, self.device)
         return {"prompt_embeds": embeds, "prompt_attention_mask": mask,
                 "negative_prompt_embeds": negative, "negative_prompt_attention_mask": negative_mask}
 

@@ -36,6 +36,8 @@ class WanAdapter:
     family = "wan"
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
+    takes_negative_prompt = True
+    takes_image = needs_image = False  # image-to-video checkpoints set these at load
     single_rank_reason = SINGLE_RANK_REASON  # the engine refuses multi-rank layouts with this
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None):
@@ -98,13 +100,14 @@ class WanAdapter:
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]:
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the empty one, as WanPipeline without a negative prompt."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
+        negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
         return {
             "prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device),
-            "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, DEFAULT_NEGATIVE_PROMPT,
-                                                  self.device),
+            "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, negative, self.device),
         }
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

@@ -78,7 +78,15 @@ class ModelAdapter(Protocol):
     def validate(self, shape: VideoShape, steps: int) -> None:
         """Raises InvalidRequestError naming what is allowed."""
 
-    def encode_prompt(self, prompt: str) -> dict[str, torch.Tensor]: ...
+    # What a request may carry besides its prompt (instance attributes: a Wan checkpoint's pipeline
+    # decides). check_inputs refuses the rest before any rank spends time on the request.
+    takes_negative_prompt: bool  # classifier-free guidance with a negative prompt
+    takes_image: bool  # image-to-video conditioning
+    needs_image: bool  # image-to-video only: a request without an image is refused
+
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image: Any = None) -> dict[str, torch.Tensor]:
+        """On the text rank. `negative_prompt` None: the model's default; `image` an RGB PIL image
+        (pipedit.images.load_image), only for models that take one."""
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """On the denoise ranks, once per request, on host tensors: the condition the DiT sees
@@ -108,6 +116,34 @@ class ModelAdapter(Protocol):
     def enable_sequence_parallel(self, ctx: Any, strategy: Any) -> int:
         """Routes the DiT's attention through `strategy` and shards its sequence over ctx's ranks
         from outside the model code; returns the attention calls per forward it routed."""
+
+
+# Named in the refusal of an image by a model without image conditioning.
+IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
+
+
+class UnsupportedInputError(InvalidRequestError):
+    """A request input the model does not take; `param` names it (the API's 400 carries it)."""
+
+    def __init__(self, message: str, param: str) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+def check_inputs(adapter, *, negative_prompt: str | None, has_image: bool) -> None:
+    """Refuses a negative prompt or an image the model cannot use, or a missing required image;
+    the message names the models that take it."""
+    family = getattr(adapter, "family", "this model")
+    if negative_prompt is not None and negative_prompt.strip() and not getattr(adapter, "takes_negative_prompt", False):
+        raise UnsupportedInputError(
+            f"negative_prompt is not supported by {family} (it uses embedded guidance); leave it out, or serve a "
+            f"model with classifier-free guidance (wan, opensora-plan)", "negative_prompt")
+    if has_image and not getattr(adapter, "takes_image", False):
+        raise UnsupportedInputError(f"{family} with this checkpoint takes no image (it is text-to-video); image-to-"
+                                    f"video needs {IMAGE_MODELS}", "image")
+    if not has_image and getattr(adapter, "needs_image", False):
+        raise UnsupportedInputError(f"this {family} checkpoint is image-to-video: send an image (png, jpeg or webp) "
+                                    f"with the prompt", "image")
 
 
 def read_model_index(path: str | Path) -> dict[str, Any]:

@@ -24,6 +24,10 @@ class VideoRequest:
     seed: int = 0
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
     cache: str | None = None  # step cache (none, fbcache:T, teacache:T); None: the engine's generation.cache
+    negative_prompt: str | None = None  # None: the model's own default (models with classifier-free guidance)
+    # Image-to-video: the conditioning image's encoded file bytes (png, jpeg or webp; checked by
+    # pipedit.images.load_image where it enters pipedit). Bytes, not pixels: small to send to a rank.
+    image: bytes | None = field(default=None, repr=False)
 
     def __post_init__(self):
         if self.cache is not None:
@@ -36,6 +40,10 @@ class VideoRequest:
             raise InvalidRequestError(f"steps must be at least 1, got {self.steps}")
         if self.guidance_scale < 0:
             raise InvalidRequestError(f"guidance_scale must be >= 0, got {self.guidance_scale}")
+        if self.negative_prompt is not None and not isinstance(self.negative_prompt, str):
+            raise InvalidRequestError(f"negative_prompt must be a string, got {type(self.negative_prompt).__name__}")
+        if self.image is not None and (not isinstance(self.image, (bytes, bytearray)) or not self.image):
+            raise InvalidRequestError("image must be the non-empty bytes of a png, jpeg or webp file")
 
     @property
     def shape(self) -> VideoShape:

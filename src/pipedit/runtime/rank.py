@@ -12,13 +12,14 @@ from pathlib import Path
 import torch
 
 from .. import faults
-from ..adapter import load_adapter
+from ..adapter import check_inputs, load_adapter
 from ..config import EngineConfig
 from ..distributed import deadline
 from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.spawn import free_tcp_port
 from ..errors import UserInputError
+from ..images import load_image
 from ..logs import quiet_libraries
 from ..request import VideoRequest
 from .layout import WorldLayout
@@ -95,10 +96,16 @@ class RankWorker:
         """On the rank holding the text encoders; validates the request first (cheap, and before
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
+        check_inputs(self.adapter, negative_prompt=request.negative_prompt, has_image=request.image is not None)
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
+        inputs = {}
+        if request.negative_prompt is not None:
+            inputs["negative_prompt"] = request.negative_prompt
+        if request.image is not None:
+            inputs["image"] = load_image(request.image)
         with self._encode_stream():
-            return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt).items()}
+            return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt, **inputs).items()}
 
     def _encode_stream(self):
         """Encoding's own CUDA stream. On a decode rank the next request's prompt is encoded in a

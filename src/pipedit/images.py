@@ -1,0 +1,46 @@
+"""Conditioning images (image-to-video): decoded and checked where they enter pipedit (CLI,
+render, API) and once more where the text rank encodes them.
+
+Bomb-safe: PIL reads the pixel size from the file header without decoding, so the pixel limit is
+checked before any pixel memory is allocated."""
+
+from __future__ import annotations
+
+import io
+
+from .errors import InvalidRequestError
+
+IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp"}  # PIL's format name -> what users call it
+DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096  # decoded width x height of one conditioning image
+
+
+def allowed_formats() -> str:
+    *first, last = IMAGE_FORMATS.values()
+    return f"{', '.join(first)} or {last}"
+
+
+def load_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, what: str = "image"):
+    """Encoded image bytes -> an RGB PIL image. InvalidRequestError naming the allowed formats or
+    the pixel limit when the bytes are not a png, jpeg or webp image of at most `max_pixels`."""
+    from PIL import Image, UnidentifiedImageError
+
+    if not isinstance(data, (bytes, bytearray)) or not data:
+        raise InvalidRequestError(f"{what} is empty: send a {allowed_formats()} image")
+    try:
+        with Image.open(io.BytesIO(data)) as image:  # header only: nothing decoded yet
+            fmt = image.format
+            width, height = image.size
+            if fmt not in IMAGE_FORMATS:
+                raise InvalidRequestError(f"{what} is a {fmt or 'unknown'} image; allowed formats: {allowed_formats()}")
+            if width * height > max_pixels:
+                raise InvalidRequestError(
+                    f"{what} is {width}x{height} = {width * height:,} pixels; at most {max_pixels:,} are allowed "
+                    f"(it is resized to the video size anyway: send a smaller image)")
+            image.seek(0)  # animated webp/png: the first frame
+            return image.convert("RGB")
+    except InvalidRequestError:
+        raise
+    except UnidentifiedImageError:
+        raise InvalidRequestError(f"{what} is not an image pipedit can read; allowed formats: {allowed_formats()}") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as error:
+        raise InvalidRequestError(f"{what} is a damaged or truncated image ({error})") from None
