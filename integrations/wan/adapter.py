@@ -158,6 +158,12 @@ class WanAdapter:
         return AttentionShape(seq_len=(frames // patch_t) * (height // patch_h) * (width // patch_w), text_len=0,
                               heads=self.num_heads, head_dim=int(self.dit_config["attention_head_dim"]))
 
+    @property
+    def experts(self) -> list:
+        """The loaded transformers (Wan2.2 A14B: transformer for high noise, transformer_2 for low);
+        parallel attention is installed on each."""
+        return [self.transformer]
+
     def enable_sequence_parallel(self, ctx, strategy) -> int:
         raise UserInputError(SINGLE_RANK_REASON)
 
