@@ -22,6 +22,9 @@ from .sharding import shard_range, shard_sizes
 class SequenceShardPlan:
     split: dict[str, int] = field(default_factory=dict)  # module path -> sequence dim of its output(s)
     gather: dict[str, int] = field(default_factory=dict)  # module path -> sequence dim to all-gather
+    # module path -> sequence dim of its first positional input, cut before the module runs (for a
+    # sequence the model builds inline, e.g. a reshape between two modules)
+    split_input: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -32,7 +35,8 @@ class SequenceShards:
     sizes: tuple[int, ...] = ()
 
 
-def _split(tensor: torch.Tensor, dim: int, ctx: ParallelContext, shards: SequenceShards) -> torch.Tensor:
+def split_sequence(tensor: torch.Tensor, dim: int, ctx: ParallelContext, shards: SequenceShards) -> torch.Tensor:
+    """This rank's contiguous shard of `tensor` along `dim`; records every rank's size in `shards`."""
     shards.sizes = shard_sizes(tensor.shape[dim], ctx.world_size)
     start, stop = shard_range(shards.sizes, ctx.rank)
     return tensor.narrow(dim, start, stop - start).contiguous()
@@ -54,15 +58,15 @@ def apply_shard_plan(model: nn.Module, plan: SequenceShardPlan, ctx: ParallelCon
     """Installs the hooks; returns the shared SequenceShards the attention processors read."""
     shards = SequenceShards()
     modules = dict(model.named_modules())
-    for path in [*plan.split, *plan.gather]:
+    for path in [*plan.split, *plan.gather, *plan.split_input]:
         if path not in modules:
             raise ValueError(f"shard plan names module '{path}', which {type(model).__name__} does not have")
 
     def split_hook(dim):
         def hook(module, args, output):
             if isinstance(output, tuple):
-                return tuple(_split(t, dim, ctx, shards) for t in output)
-            return _split(output, dim, ctx, shards)
+                return tuple(split_sequence(t, dim, ctx, shards) for t in output)
+            return split_sequence(output, dim, ctx, shards)
         return hook
 
     def gather_hook(dim):
@@ -70,6 +74,11 @@ def apply_shard_plan(model: nn.Module, plan: SequenceShardPlan, ctx: ParallelCon
 
     for path, dim in plan.split.items():
         modules[path].register_forward_hook(split_hook(dim))
+    def split_input_hook(dim):
+        return lambda module, args: (split_sequence(args[0], dim, ctx, shards), *args[1:])
+
     for path, dim in plan.gather.items():
         modules[path].register_forward_hook(gather_hook(dim))
+    for path, dim in plan.split_input.items():
+        modules[path].register_forward_pre_hook(split_input_hook(dim))
     return shards

@@ -42,23 +42,12 @@ def resolve_model_path(path: str | None, model: str | None = None) -> Path:
     return ensure_demo_checkpoint()
 
 
-def check_single_rank(adapter_class, parallel) -> None:
-    """A family that runs on one rank only (its `single_rank_reason` says why and what to drop)
-    refuses any layout of more than one rank, before a rank starts."""
-    reason = getattr(adapter_class, "single_rank_reason", None)
-    many = (parallel.ulysses > 1 or parallel.ring > 1 or parallel.cfg_parallel or parallel.decode_ranks != 0
-            or (parallel.ranks or 1) > 1 or parallel.aco == "on")
-    if reason and many:
-        raise UserInputError(reason)
-
-
 class Engine:
     def __init__(self, config: EngineConfig):
         self.config = config
         model_path = str(resolve_model_path(config.model.path, config.model.name))
         adapter_class = adapter_class_for(model_path, config.model.name)
         heads = attention_heads(model_path, config.model.name)
-        check_single_rank(adapter_class, config.parallel)  # before decode_ranks auto calibrates
         parallel = resolve_parallel(config, model_path, heads)
         check_parallel_config(parallel, heads)
         if parallel.cfg_parallel:

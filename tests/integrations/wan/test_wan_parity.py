@@ -16,7 +16,7 @@ import torch
 
 from pipedit.adapter import VideoShape, load_adapter
 from pipedit.cli import main
-from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
+from pipedit.config import EngineConfig, ModelConfig
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
@@ -100,28 +100,6 @@ def test_cli_generate_writes_the_video_of_diffusers_latents(tiny_wan, reference_
     assert code == 0
     assert _relative(torch.load(latents_file), _reference(reference_pipe, 3, 11, 4.0)) <= 1e-4
     assert read_mp4(video).shape == (FRAMES, HEIGHT, WIDTH, 3)
-
-
-@pytest.mark.parametrize("parallel,flag", [
-    ({"ulysses": 3}, "--ulysses"),
-    ({"ring": 2}, "--ring"),
-    ({"decode_ranks": 1}, "--decode-ranks"),
-    ({"cfg_parallel": True, "decode_ranks": 1}, "--cfg-parallel"),
-    ({"decode_ranks": "auto", "ranks": 2}, "--ranks"),
-])
-def test_multi_rank_layouts_are_refused_before_any_rank_starts(tiny_wan, parallel, flag):
-    config = EngineConfig(model=ModelConfig(path=str(tiny_wan)), parallel=ParallelConfig(**parallel))
-    with pytest.raises(UserInputError, match="wan runs on one rank") as error:
-        Engine(config)
-    assert flag in str(error.value)
-
-
-def test_cli_refuses_ulysses_with_one_clear_line(tiny_wan, tmp_path, capsys):
-    code = main(["generate", "--prompt", "a cat", "--model-path", str(tiny_wan), "--ulysses", "3",
-                 "--output", str(tmp_path / "out.mp4")])
-    err = capsys.readouterr().err
-    assert code == 2 and "Traceback" not in err
-    assert "wan runs on one rank" in err and "--ulysses" in err
 
 
 def test_step_cache_is_refused_for_wan(engine):

@@ -1,0 +1,52 @@
+"""End to end on a tiny Wan2.1 text-to-video checkpoint: pipedit's parallel runs (Ray actors,
+gloo) against diffusers' WanPipeline on one device (output_type="latent", the same seed and CPU
+generator, guidance 5 with the empty negative prompt).
+
+The transformer has 3 heads (2 ranks split them 2+1); 48x80x9 gives 3x3x5 = 45 video tokens
+(uneven shards). Ulysses and Aco only move data; CFG parallel runs each branch as its own batch-1
+forward as WanPipeline does, while one rank batches both branches: matmul rounding may differ by
+~1e-7 per forward, which guidance (x5) and UniPC's multistep updates carry to the final latents.
+The bound is the contract's relative one: max|diff| <= 1e-4 x max|WanPipeline latents|.
+"""
+
+import pytest
+import torch
+
+from e2e_helpers import Case, generated_latents
+
+CASE = Case("a red kite over the dunes", height=48, width=80, frames=9, steps=3, seed=11)
+GUIDANCE = 5.0
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    return write_demo_checkpoint(tmp_path_factory.mktemp("wan") / "three-heads",
+                                 WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=3))
+
+
+@pytest.fixture(scope="module")
+def diffusers_latents(checkpoint):
+    from diffusers import WanPipeline
+
+    pipe = WanPipeline.from_pretrained(checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+    return pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
+                generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+
+
+FAST = [["--ulysses", "2"], ["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
+SLOW = [["--ring", "2", "--pipesp-chunk", "1"]]
+
+
+@pytest.mark.parametrize(
+    "flags", FAST + [pytest.param(flags, marks=pytest.mark.slow) for flags in SLOW], ids=lambda flags: " ".join(flags)
+)
+def test_parallel_latents_equal_diffusers(ray_session, checkpoint, diffusers_latents, tmp_path, flags):
+    latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE)])
+    assert latents.shape == diffusers_latents.shape == (1, 16, 3, 6, 10)
+    scale = diffusers_latents.abs().max().item()
+    assert scale > 0.1
+    assert (latents - diffusers_latents).abs().max().item() <= 1e-4 * scale
