@@ -18,6 +18,8 @@ def add_parser(sub) -> None:
                    help="full-size model to plan, dims from its released config (default hunyuan-video; with "
                         "--model-path: the checkpoint's pipeline)")
     p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
+    p.add_argument("--idle-expert", choices=("resident", "offload"),
+                   help="two-expert models (wan-a14b): plan only this model.idle_expert (default: both)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on the node")
     p.add_argument("--gpu", choices=GPUS, default="h100",
                    help="hardware profile; 'this': this machine, measured once (CPU ranks) and cached")
@@ -50,11 +52,22 @@ def _check(args) -> None:
 
 
 def _model(args):
+    from ..errors import UserInputError
     from ..planner.models import family_of, from_checkpoint, full_size
+    from ..planner.wan import RELEASES
 
     if not args.model_path:
-        return full_size(args.model or "hunyuan-video")
-    return from_checkpoint(args.model_path, args.model or family_of(args.model_path))
+        model = full_size(args.model or "hunyuan-video")
+    else:
+        family = "wan" if args.model in RELEASES else args.model
+        model = from_checkpoint(args.model_path, family or family_of(args.model_path))
+    multiple = model.compression[1] * model.patch[1]
+    if args.height % multiple or args.width % multiple:
+        raise UserInputError(f"--height and --width must be multiples of {multiple} for {model.name}, "
+                             f"got {args.height}x{args.width}")
+    if args.idle_expert and model.experts < 2:
+        raise UserInputError(f"--idle-expert applies to two-expert models (wan-a14b); {model.name} has one")
+    return model
 
 
 def _profile(args, model, shape, steps: int):
@@ -123,12 +136,13 @@ def _run_plan(args) -> int:
         return _compare(args, model)
     from ..planner.cost import Shape
     from ..planner.report import engine_config_yaml, plan_table
-    from ..planner.search import Problem, rank
+    from ..planner.search import Problem, candidates, rank
 
     shape = Shape(args.height, args.width, args.frames)
     prof = _profile(args, model, shape, args.steps)
     problem = Problem(model, _node(args, prof, args.gpus), shape, args.steps, args.prompts)
-    fitting, too_big = rank(problem)
+    idle = (args.idle_expert,) if args.idle_expert else ("resident", "offload")
+    fitting, too_big = rank(problem, candidates(model, args.gpus, idle))
     print(plan_table(problem, fitting, too_big, args.top))
     if args.write:
         from ..errors import UserInputError

@@ -106,14 +106,20 @@ def remembered_values() -> Iterator[None]:
 def materialize(module: torch.nn.Module, dtype: torch.dtype | None) -> torch.nn.Module:
     """Gives a module built on the meta device a fresh fake tensor per parameter and buffer
     (call inside the FakeTensorMode). `module.to(dtype)` inside the mode fails swapping
-    parameters; this is the seam. Floating tensors take `dtype` (None: keep theirs)."""
+    parameters; this is the seam. Floating tensors take `dtype` (None: keep theirs). A tensor tied
+    to several modules (T5 encoders' shared embedding) stays one tensor."""
+    made: dict[int, torch.Tensor] = {}
     for sub in module.modules():
         for name, param in list(sub._parameters.items()):
             if param is not None:
-                sub._parameters[name] = torch.nn.Parameter(_empty_like(param, dtype), requires_grad=False)
+                if id(param) not in made:
+                    made[id(param)] = torch.nn.Parameter(_empty_like(param, dtype), requires_grad=False)
+                sub._parameters[name] = made[id(param)]
         for name, buffer in list(sub._buffers.items()):
             if buffer is not None:
-                sub._buffers[name] = _empty_like(buffer, dtype)
+                if id(buffer) not in made:
+                    made[id(buffer)] = _empty_like(buffer, dtype)
+                sub._buffers[name] = made[id(buffer)]
     return module.eval()
 
 

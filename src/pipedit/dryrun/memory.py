@@ -44,6 +44,7 @@ class StorageCounter(TorchDispatchMode):
         self.current = 0
         self.peak = 0
         self._at_peak: tuple[_Entry, ...] = ()
+        self._ignored: set[int] = set()  # storages off the device (forget)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
@@ -55,6 +56,8 @@ class StorageCounter(TorchDispatchMode):
     def _track(self, tensor: torch.Tensor) -> _Entry:
         storage = tensor.untyped_storage()
         key = storage._cdata
+        if key in self._ignored:  # views of it (a weight's transpose) stay uncounted too
+            return _Entry(0)
         entry = self._live.get(key)
         if entry is None:
             entry = self._live[key] = _Entry(storage.nbytes())
@@ -77,6 +80,17 @@ class StorageCounter(TorchDispatchMode):
                 entry = self._track(tensor)
                 if entry.kind != "weights":
                     entry.kind = kind
+
+    def forget(self, tensors) -> None:
+        """These tensors' storages stop counting, views of them too (they stand for memory off the
+        device, alive while the tensors are); the peak restarts from what is left (call it before
+        the rank computes anything)."""
+        for tensor in tensors:
+            self._ignored.add(tensor.untyped_storage()._cdata)
+            entry = self._live.pop(tensor.untyped_storage()._cdata, None)
+            if entry is not None:
+                self.current -= entry.nbytes
+        self.peak, self._at_peak = self.current, tuple(self._live.values())
 
     def tag_live_as_state(self) -> None:
         """After a rank call returns: what is still alive (and untagged) is state across calls."""

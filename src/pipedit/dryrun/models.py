@@ -1,11 +1,13 @@
 """Model components built from their configs as fake tensors: nothing is read but config.json.
 
-`fake_loading()` replaces the loaders the adapters call (HunyuanVideo: pipedit.components'
+`fake_loading()` replaces the loaders the adapters call (HunyuanVideo and Wan: pipedit.components'
 load_component; OpenSoraPlan: its transformer, WFVAE and mT5 loaders) inside the dry run: each
 module is built on the meta device from its config, then every parameter and buffer becomes a
 fake tensor of the requested dtype (fakeworld.materialize). Tokenizers become `StubTokenizer`:
 every prompt fills max_length tokens, all valid (the longest text the DiT can see, as the
-planner assumes). Schedulers are real (small, config only).
+planner assumes). Schedulers are real (small, config only). Wan's text encoding reads the valid
+length from the mask (a value): `_wan_encode_text` stands in for it, with every token valid (its
+result then has the same shape and holds the same storages, less the zero-padding copy).
 
 `released_checkpoint(model, folder)` writes the released models' configs (no weights) in the
 layout the adapters read, for when no --model-path is given.
@@ -105,6 +107,12 @@ def _osp_text_encoder(folder, dtype, device):
     return StubTokenizer(), build_fake(MT5EncoderModel, config, dtype)
 
 
+def _wan_encode_text(tokenizer, text_encoder, prompt, device, max_tokens=512):
+    tokens = tokenizer([prompt], max_length=max_tokens)
+    states = text_encoder(tokens.input_ids, tokens.attention_mask).last_hidden_state
+    return states.to(device=device, dtype=text_encoder.dtype)
+
+
 @contextlib.contextmanager
 def fake_loading() -> Iterator[None]:
     """Every adapter loader builds fake modules from configs while this is active."""
@@ -112,9 +120,11 @@ def fake_loading() -> Iterator[None]:
     from pipedit.integrations.opensora_plan import adapter as osp
     from pipedit.integrations.opensora_plan import transformer as osp_transformer
     from pipedit.integrations.opensora_plan import wfvae
+    from pipedit.integrations.wan import adapter as wan
 
     patches = [(hunyuan, "load_component", _load_component), (osp, "load_text_encoder", _osp_text_encoder),
-               (osp_transformer, "load_transformer", _osp_transformer), (wfvae, "load_wfvae", _osp_vae)]
+               (osp_transformer, "load_transformer", _osp_transformer), (wfvae, "load_wfvae", _osp_vae),
+               (wan, "load_component", _load_component), (wan, "encode_text", _wan_encode_text)]
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, replacement in patches:
         setattr(module, name, replacement)

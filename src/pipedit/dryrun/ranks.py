@@ -20,8 +20,11 @@ Seams (all inside the dry run): the worker's process-group start is the fake gro
 adapter's prepare_condition runs on host data (it reads the valid text length: a value, which
 fake tensors do not have), and so do the scheduler's construction and steps (sigma tables read
 with .item(), the step index found with nonzero()): their arithmetic on the fake latents stays
-fake, an ancestral step's noise is a real host tensor (latent-sized, not counted); HunyuanVideo's tiling decision sees the GPU profile's capacity minus
-what the rank holds (the decode's CUDA path), not the CPU's "never tile".
+fake, an ancestral step's noise is a real host tensor (latent-sized, not counted); so is Wan2.2
+A14B's expert choice (it reads the timestep); HunyuanVideo's tiling decision sees the GPU
+profile's capacity minus what the rank holds (the decode's CUDA path), not the CPU's "never tile".
+Wan2.2 A14B with model.idle_expert offload: the idle expert's weights are not counted (they stand
+in host memory; the adapter moves nothing on the dry run's CPU device).
 """
 
 from __future__ import annotations
@@ -94,6 +97,22 @@ def _on_host(fn):
     return call
 
 
+class _HostTimesteps:
+    """The timesteps a job indexes, handed out as host tensors: indexing a real tensor inside the
+    fake mode would give a fake one, whose value the rank code may read (Wan2.2 A14B picks its
+    expert with float(timestep))."""
+
+    def __init__(self, timesteps: torch.Tensor) -> None:
+        self.timesteps = timesteps
+
+    def __len__(self) -> int:
+        return len(self.timesteps)
+
+    def __getitem__(self, index):
+        with unset_fake_temporarily():
+            return self.timesteps[index].clone()
+
+
 def _host_scheduler(make):
     """Schedulers read their tables' values (.item(), nonzero() for the step index): they are
     built and stepped on host data; their arithmetic on the fake latents stays fake."""
@@ -104,7 +123,7 @@ def _host_scheduler(make):
         for name in ("step", "scale_model_input"):
             if hasattr(scheduler, name):
                 setattr(scheduler, name, _on_host(getattr(scheduler, name)))
-        return scheduler, timesteps
+        return scheduler, _HostTimesteps(timesteps)
     return call
 
 
@@ -189,11 +208,24 @@ class WorldRun:
         worker.setup(self.model_path)
         worker.adapter.prepare_condition = _on_host(worker.adapter.prepare_condition)
         worker.adapter.make_scheduler = _host_scheduler(worker.adapter.make_scheduler)
+        experts = getattr(worker.adapter, "expert_set", None)  # Wan2.2 A14B: the expert of a step
+        if experts is not None:  # is chosen from the timestep's value (host data, _HostTimesteps)
+            experts.index_for = _on_host(experts.index_for)
         counter.tag(_weights(worker.adapter), "weights")
+        self._host_idle_expert(worker, rank, counter)
         if rank == self.layout.text_rank:
             worker.encode_prompt(self.request)
             counter.tag_live_as_state()
         return worker
+
+    def _host_idle_expert(self, worker, rank: int, counter: StorageCounter) -> None:
+        """model.idle_expert offload: the idle expert waits in host memory (loaded there, swapped
+        with the other one on the device), so one expert's weights count at any time. The adapter
+        does not move anything on a CPU device (the dry run's): its storages are uncounted here."""
+        experts = getattr(worker.adapter, "experts", []) if "dit" in self.layout.parts(rank) else []
+        if getattr(self.config.model, "idle_expert", "resident") == "offload" and len(experts) > 1:
+            for idle in experts[1:]:
+                counter.forget(list(idle.parameters()) + list(idle.buffers()))
 
     def _denoise(self, rank: int, counter: StorageCounter) -> None:
         from ..runtime.worker import DenoiseWorker

@@ -4,8 +4,9 @@ HunyuanVideo: diffusers' HunyuanVideoTransformer3DModel and AutoencoderKLHunyuan
 are the release (hunyuanvideo-community/HunyuanVideo); its text encoders are llava-llama-3-8b's
 Llama (4096 wide, 32 layers) and CLIP ViT-L/14's text model. OpenSoraPlan v1.3: the
 any93x640x640 transformer (32 layers, 24 heads x 96, Skiparse sparse_n 4, mT5-xxl captions),
-WFVAE D8 4x8x8 and google/mt5-xxl's encoder. Widths and depths agree with
-pipedit.planner.models' full-size specs (a test checks the parameter counts).
+WFVAE D8 4x8x8 and google/mt5-xxl's encoder. Wan (wan-1.3b, wan-14b, wan-a14b, wan-ti2v-5b):
+released_wan. Widths and depths agree with pipedit.planner.models' full-size specs (a test checks
+the parameter counts).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from pipedit.errors import UserInputError
 from pipedit.planner.models import HUNYUAN_VAE
+from pipedit.planner.wan import RELEASES as WAN_RELEASES
 
 _HUNYUAN_INDEX = {
     "_class_name": "HunyuanVideoPipeline",
@@ -72,6 +74,13 @@ def _write(folder: Path, name: str, config: dict) -> None:
 def released_checkpoint(model: str, folder: str | Path) -> Path:
     """Writes `model`'s released configs into `folder` (no weights); returns the folder."""
     root = Path(folder)
+    if model in WAN_RELEASES:
+        from .released_wan import write_wan_release
+
+        return write_wan_release(model, root)
+    if model == "wan":
+        raise UserInputError(f"dry-run needs the wan release to model without --model-path: --model "
+                             f"{' | '.join(WAN_RELEASES)}")
     if model == "hunyuan-video":
         _write(root, "model_index.json", _HUNYUAN_INDEX)
         _write(root / "transformer", "config.json", _HUNYUAN_TRANSFORMER)
@@ -86,6 +95,6 @@ def released_checkpoint(model: str, folder: str | Path) -> Path:
         _write(root / "vae", "config.json", _WFVAE)
         _write(root / "text_encoder", "config.json", _MT5_XXL)
     else:
-        raise UserInputError(f"dry-run has no released configs for {model!r} yet: use --model hunyuan-video or "
-                             f"opensora-plan, or give --model-path")
+        raise UserInputError(f"dry-run has no released configs for {model!r}: use --model hunyuan-video, "
+                             f"opensora-plan, {', '.join(WAN_RELEASES)}, or give --model-path")
     return root

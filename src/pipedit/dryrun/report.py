@@ -33,7 +33,8 @@ def planner_bytes(world: DryWorld, result: RankResult, tiled: bool) -> float:
     if result.role == "decode":
         return decode_rank_bytes(spec, shape, text, tiled, layout.aco)
     with_vae = layout.decode == 0 and result.rank == 0
-    return denoise_rank_bytes(spec, shape, layout.ulysses, layout.ring, text, with_vae, tiled)
+    return denoise_rank_bytes(spec, shape, layout.ulysses, layout.ring, text, with_vae, tiled,
+                              getattr(world.config.model, "idle_expert", "resident"))
 
 
 def verdict(world: DryWorld, results: list[RankResult], mismatches: list[str], groups: list[dict]) -> dict:

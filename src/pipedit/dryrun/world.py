@@ -23,6 +23,7 @@ from ..planner.cost import Shape
 from ..planner.auto import best_with_decode_ranks
 from ..planner.hardware import PROFILES
 from ..planner.models import ModelSpec, from_checkpoint, full_size
+from ..planner.wan import RELEASES as WAN_RELEASES
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
 from .released import released_checkpoint
@@ -31,7 +32,7 @@ from .released import released_checkpoint
 class DryWorld:
     config: EngineConfig
     layout: WorldLayout
-    model: str
+    model: str  # the model name (a wan release: wan-14b, ...)
     model_path: str
     released: bool  # the released configs (no --model-path)
     spec: ModelSpec  # the planner's model of the same configs
@@ -44,25 +45,29 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
             width: int | None, frames: int | None, steps: int, gpu: str, workdir: str | None = None) -> DryWorld:
     if gpu not in PROFILES:
         raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
-    name = model or config.model.name or (model_name_for(model_path) if model_path else "hunyuan-video")
+    shown = model or config.model.name or (model_name_for(model_path) if model_path else "hunyuan-video")
+    name = "wan" if shown in WAN_RELEASES else shown  # the adapter's name
     released = model_path is None
     if released:
-        model_path = str(released_checkpoint(name, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))
-    family = "opensora-plan" if name == "opensora-plan" else "hunyuan-video"
-    spec = full_size(name) if released else from_checkpoint(model_path, family)
+        model_path = str(released_checkpoint(shown, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))
+    spec = full_size(shown) if released else from_checkpoint(model_path, _family(name))
     g = config.generation
     request = VideoRequest("dry run: a red fox running through snow", height=height or g.height,
                            width=width or g.width, num_frames=frames or g.num_frames, steps=steps, seed=0)
     model_config = replace(config.model, name=name, path=model_path, device="cpu",
                            text_encoder_path=None if released else config.model.text_encoder_path,
                            dtype="bfloat16" if config.model.dtype == "auto" else config.model.dtype)
-    parallel = _parallel(config, spec, request, gpu, attention_heads(model_path, name))
-    config = replace(config, model=model_config, parallel=parallel)
     from ..adapter import adapter_class_for
 
-    preferred = adapter_class_for(model_path, name).preferred_text_encoder
-    return DryWorld(config, WorldLayout.from_config(parallel, preferred), name, model_path, released, spec,
-                    request, gpu, PROFILES[gpu].memory)
+    adapter_class = adapter_class_for(model_path, name)
+    parallel = _parallel(config, spec, request, gpu, attention_heads(model_path, name))
+    config = replace(config, model=model_config, parallel=parallel)
+    return DryWorld(config, WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder), shown,
+                    model_path, released, spec, request, gpu, PROFILES[gpu].memory)
+
+
+def _family(name: str) -> str:
+    return name if name in ("opensora-plan", "wan") else "hunyuan-video"
 
 
 def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu: str, heads: int):
@@ -72,7 +77,7 @@ def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu:
     if parallel.decode_ranks != "auto":
         return parallel
     best = best_with_decode_ranks(spec, gpu, parallel.ranks, Shape(request.height, request.width, request.num_frames),
-                                  config.generation.steps)
+                                  config.generation.steps, getattr(config.model, "idle_expert", "resident"))
     decode = best.candidate.decode_ranks if best is not None else 1
     ulysses, ring = split_denoise_ranks(parallel.ranks - decode, heads)
     return replace(parallel, decode_ranks=decode, ulysses=ulysses, ring=ring, ranks=None)

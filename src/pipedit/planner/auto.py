@@ -9,7 +9,8 @@ from dataclasses import dataclass
 from .cost import Shape
 from .hardware import node, profile_for_gpu_name
 from .models import ModelSpec, from_checkpoint
-from .search import Problem, rank
+from .memory import IDLE_EXPERT
+from .search import Problem, candidates, rank
 
 # Consecutive prompts the choice optimises for: the paper's protocol (DeDiVAE pays off in queues).
 AUTO_PROMPTS = 10
@@ -41,10 +42,12 @@ def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int
     return None if best is None else AutoChoice(best.candidate.decode_ranks, best.batch_s, label)
 
 
-def best_with_decode_ranks(model: ModelSpec, gpu: str, ranks: int, shape: Shape, steps: int):
+def best_with_decode_ranks(model: ModelSpec, gpu: str, ranks: int, shape: Shape, steps: int,
+                           idle_expert: str | None = None):
     """The fastest fitting configuration with decode ranks on `ranks` GPUs of profile `gpu` (their
-    own links: NVLink on H100/H200), for AUTO_PROMPTS prompts; None if none fits."""
+    own links: NVLink on H100/H200), for AUTO_PROMPTS prompts; None if none fits. idle_expert: a
+    two-expert model's model.idle_expert (None: either)."""
     problem = Problem(model, node(gpu, ranks, "nvlink" if gpu in ("h100", "h200") else "pcie"), shape, steps,
                       AUTO_PROMPTS)
-    fitting, _ = rank(problem)
+    fitting, _ = rank(problem, candidates(model, ranks, (idle_expert,) if idle_expert else IDLE_EXPERT))
     return next((x for x in fitting if x.candidate.decode_ranks > 0), None)

@@ -3,12 +3,16 @@
 The HunyuanVideo VAE peak is vae_memory's predictor (calibrated on CPU, see its docstring);
 tiled, the same predictor on one 256-pixel tile's latents. WFVAE reuses its ACTIVATION_FACTOR on
 the decoder's largest activation (256 channels at a quarter of the output's area, 2T-1 frames).
+Wan's causal VAE: pipedit.planner.wan_vae (feature cache, one call's tensors, the decoded frames).
+Two-expert models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with
+"offload" the idle one waits in host memory and only one is on the GPU at a time.
 """
 
 from __future__ import annotations
 
 import math
 
+from ..config import IDLE_EXPERT_MODES
 from .cost import ACT_BYTES, Shape
 from .models import ModelSpec
 
@@ -34,6 +38,10 @@ def vae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
 
     t, s = model.compression
     lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
+    if model.family == "wan":
+        from .wan_vae import decode_peak_bytes
+
+        return decode_peak_bytes(model.vae, lt, lh, lw, ACT_BYTES)
     if model.family == "hunyuan-video":
         if tiled:
             lh, lw = min(lh, 256 // s), min(lw, 256 // s)
@@ -43,9 +51,20 @@ def vae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
     return ACTIVATION_FACTOR * largest * ACT_BYTES
 
 
+IDLE_EXPERT = IDLE_EXPERT_MODES  # model.idle_expert
+
+
+def dit_weight_bytes(model: ModelSpec, idle_expert: str = "resident") -> float:
+    """The transformers a denoise rank holds on the GPU (every rank holds whole ones)."""
+    if idle_expert not in IDLE_EXPERT:
+        raise ValueError(f"idle_expert must be one of {', '.join(IDLE_EXPERT)}, got {idle_expert!r}")
+    on_gpu = model.experts if idle_expert == "resident" else 1
+    return on_gpu * model.dit_params * model.dit_bytes_per_param
+
+
 def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, with_text: bool,
-                       with_vae: bool, tiled: bool) -> float:
-    weights = model.dit_params * model.dit_bytes_per_param
+                       with_vae: bool, tiled: bool, idle_expert: str = "resident") -> float:
+    weights = dit_weight_bytes(model, idle_expert)
     if with_text:
         weights += model.text_params * 2
     peak = dit_activation_bytes(model, shape, ulysses, ring)

@@ -5,7 +5,8 @@ dual-stream + 40 single-stream blocks, 3072 = 24 heads x 128) and OpenSoraPlan v
 parameters, 32 layers, 24 heads x 96, Skiparse sparse_n 4 on layers 2..29, cross-attention to
 512 mT5 tokens, WFVAE 4x8x8). `from_checkpoint` reads the same fields from a diffusers-layout
 checkpoint's transformer/ and vae/ config.json, so the demo model and the full-width synthetic
-checkpoint are planned from their real widths.
+checkpoint are planned from their real widths. Wan2.1 / Wan2.2 (wan-1.3b, wan-14b, wan-a14b,
+wan-ti2v-5b): pipedit.planner.wan's released configs, parameter counts from their dims.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from ..errors import UserInputError
+from . import wan as wan_release
 
-MODELS = ("hunyuan-video", "opensora-plan")
+MODELS = ("hunyuan-video", "opensora-plan", *wan_release.RELEASES)
 
 # diffusers AutoencoderKLHunyuanVideo defaults = the released VAE.
 HUNYUAN_VAE = {"latent_channels": 16, "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
@@ -37,7 +39,7 @@ class TextEncoder:
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    family: str  # "hunyuan-video" or "opensora-plan"
+    family: str  # "hunyuan-video", "opensora-plan" or "wan"
     hidden: int
     heads: int
     head_dim: int
@@ -56,6 +58,9 @@ class ModelSpec:
     vae: dict = field(default_factory=dict)
     vae_params: float = 0.0
     text_encoders: tuple[TextEncoder, ...] = ()
+    experts: int = 1  # transformers switched during denoising (Wan2.2 A14B: 2), same size each
+    vae_tiling: bool = True  # spatially tiled decoding is available (Wan decodes untiled only)
+    text_beside_vae: bool = False  # the text encoders live on a decode rank when there is one
 
     @property
     def layers(self) -> int:
@@ -87,6 +92,7 @@ def hunyuan_video() -> ModelSpec:
         dit_params=12.8e9, latent_channels=16, vae=HUNYUAN_VAE, vae_params=246e6,
         # LLaMA-3-8B-based MLLM encoder (256 prompt tokens) and CLIP ViT-L/14's text model (77).
         text_encoders=(TextEncoder("llava-llama-3-8b", 7.5e9, 256), TextEncoder("clip-vit-l", 123e6, 77)),
+        text_beside_vae=True,
     )
 
 
@@ -100,7 +106,37 @@ def opensora_plan() -> ModelSpec:
     )
 
 
-FULL_SIZE = {"hunyuan-video": hunyuan_video, "opensora-plan": opensora_plan}
+def _wan_vae(config: dict) -> dict:
+    return {**config, "temporal_compression_ratio": int(config.get("scale_factor_temporal") or 4),
+            "spatial_compression_ratio": int(config.get("scale_factor_spatial") or 8)}
+
+
+def wan_spec(name: str, dit: dict, vae: dict, experts: int = 1, image_encoder: dict | None = None) -> ModelSpec:
+    """A Wan spec from its transformer and VAE configs (diffusers' config.json keys)."""
+    heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
+    hidden = heads * head_dim
+    encoders = (TextEncoder("umt5-xxl-encoder", wan_release.umt5_params(wan_release.UMT5_XXL),
+                            wan_release.TEXT_TOKENS),)
+    if image_encoder is not None:
+        encoders += (TextEncoder("clip-vit-h-vision", wan_release.clip_vision_params(image_encoder),
+                                 wan_release.IMAGE_TOKENS),)
+    return ModelSpec(
+        name=name, family="wan", hidden=hidden, heads=heads, head_dim=head_dim, dual_layers=0,
+        single_layers=int(dit["num_layers"]), mlp_ratio=int(dit["ffn_dim"]) / hidden,
+        text_tokens=wan_release.TEXT_TOKENS, cross_attention=True, cfg_batch=2,
+        dit_params=float(wan_release.transformer_params(dit)), patch=tuple(int(p) for p in dit["patch_size"]),
+        latent_channels=int(vae["z_dim"]), vae=_wan_vae(vae), vae_params=float(wan_release.vae_params(vae)),
+        text_encoders=encoders, experts=experts, vae_tiling=False, text_beside_vae=True,
+    )
+
+
+def wan_released(name: str) -> ModelSpec:
+    return wan_spec(wan_release.LABELS[name], wan_release.TRANSFORMERS[name], wan_release.VAES[name],
+                    wan_release.EXPERTS.get(name, 1))
+
+
+FULL_SIZE = {"hunyuan-video": hunyuan_video, "opensora-plan": opensora_plan,
+             **{name: (lambda name=name: wan_released(name)) for name in wan_release.RELEASES}}
 
 
 def full_size(name: str) -> ModelSpec:
@@ -156,6 +192,8 @@ def _transformer_folder(root: Path, family: str) -> Path:
 def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpec:
     """A spec with the widths, depths and parameter counts of the checkpoint at `path`."""
     root = Path(path)
+    if family == "wan":
+        return _wan_from_checkpoint(root)
     folder = _transformer_folder(root, family)
     dit = _read(folder / "config.json")
     vae = _read(root / "vae" / "config.json")
@@ -183,6 +221,29 @@ def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpe
                    vae_params=_param_count(root / "vae") or spec.vae_params)
 
 
+def _wan_from_checkpoint(root: Path) -> ModelSpec:
+    """The checkpoint's dims (config.json of transformer/ and vae/; a second expert when
+    model_index.json names transformer_2; the CLIP image encoder of Wan2.1 I2V)."""
+    index = _read(root / "model_index.json")
+    two = isinstance(index.get("transformer_2"), list) and index["transformer_2"][0] is not None
+    image = isinstance(index.get("image_encoder"), list) and index["image_encoder"][0] is not None
+    encoder = None
+    if image:
+        config = _read(root / "image_encoder" / "config.json")
+        encoder = {**wan_release.CLIP_VIT_H, **{k: config[k] for k in wan_release.CLIP_VIT_H if k in config}}
+    dit = _read(root / "transformer" / "config.json")
+    spec = wan_spec(f"{root.name} (Wan, {dit['num_attention_heads']}x{dit['attention_head_dim']})", dit,
+                    {**wan_release.VAE_21, **_read(root / "vae" / "config.json")}, 2 if two else 1, encoder)
+    found = []
+    for folder, tokens in (("text_encoder", wan_release.TEXT_TOKENS), ("image_encoder", wan_release.IMAGE_TOKENS)):
+        params = _param_count(root / folder)
+        if params is not None:
+            found.append(TextEncoder(folder, params, tokens))
+    return replace(spec, dit_params=_param_count(root / "transformer") or spec.dit_params,
+                   vae_params=_param_count(root / "vae") or spec.vae_params,
+                   text_encoders=tuple(found) or spec.text_encoders)
+
+
 def family_of(path: str | Path) -> str:
     """The model family of a checkpoint: OpenSoraPlan's release layout, else the pipeline class of
     its model_index.json."""
@@ -191,4 +252,7 @@ def family_of(path: str | Path) -> str:
     if is_official_layout(path):
         return "opensora-plan"
     index = _read(Path(path) / "model_index.json")
-    return "opensora-plan" if "opensora" in str(index.get("_class_name", "")).lower() else "hunyuan-video"
+    pipeline = str(index.get("_class_name", "")).lower()
+    if pipeline.startswith("wan"):
+        return "wan"
+    return "opensora-plan" if "opensora" in pipeline else "hunyuan-video"

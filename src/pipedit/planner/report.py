@@ -11,9 +11,10 @@ def _row(index: str, x: Prediction, problem: Problem) -> str:
     c = x.candidate
     chunk = "off" if c.chunk is None else str(c.chunk)
     limit = problem.limit_s() * problem.prompts
+    experts = f" {c.idle_expert:>9}" if problem.model.experts > 1 else ""
     return (f"{index:>4} {c.decode_ranks:>6} {f'{c.ulysses}x{c.ring}':>5} {chunk:>6} {'on' if c.aco else 'off':>4} "
             f"{'on' if c.tiled else 'off':>6} {x.latency_s:>10.2f} {x.batch_s:>10.2f} {x.peak_bytes / GIB:>9.1f} "
-            f"{x.batch_s / limit:>8.1f}x")
+            f"{x.batch_s / limit:>8.1f}x{experts}")
 
 
 def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Prediction], top: int) -> str:
@@ -26,7 +27,8 @@ def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Predic
             f"physical limit: {limit:.2f} s per request = DiT FLOPs at {n.gpus} x {peak} dense peak "
             f"({limit * problem.prompts:.2f} s for the batch)\n")
     columns = (f"{'rank':>4} {'decode':>6} {'uxr':>5} {'pipesp':>6} {'aco':>4} {'tiling':>6} "
-               f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'vs limit':>9}")
+               f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'vs limit':>9}"
+               + (f" {'idle exp.':>9}" if m.experts > 1 else ""))
     lines = [head, columns, "-" * len(columns)]
     lines += [_row(str(i + 1), x, problem) for i, x in enumerate(fitting[:top])]
     if len(fitting) > top:
@@ -39,6 +41,9 @@ def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Predic
         lines += [_row("-", x, problem) for x in too_big[:3]]
     lines.append("latency: one request alone, end to end; batch: all prompts submitted at once; "
                  "vs limit: batch time / physical limit")
+    if m.experts > 1:
+        lines.append(f"idle exp.: model.idle_expert; resident holds all {m.experts} experts on every denoise GPU, "
+                     f"offload one (the idle one waits in host memory; two swaps per request)")
     return "\n".join(lines)
 
 
@@ -47,13 +52,17 @@ def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | Non
     import yaml
 
     c, s = best.candidate, problem.shape
-    data = {
+    data: dict = {
         "model": {"path": model_path, "device": device, "dtype": "bfloat16" if device == "cuda" else "float32",
                   "vae_tiling": "on" if c.tiled else "off"},
         "parallel": {"ulysses": c.ulysses, "ring": c.ring, "decode_ranks": c.decode_ranks,
                      "pipesp_chunk": "off" if c.chunk is None else c.chunk, "aco": "on" if c.aco else "off"},
         "generation": {"height": s.height, "width": s.width, "num_frames": s.frames, "steps": problem.steps},
     }
+    if problem.model.family == "wan":
+        data["model"]["name"] = "wan"
+    if problem.model.experts > 1:
+        data["model"]["idle_expert"] = c.idle_expert
     note = (f"# Written by `pipedit plan`: the best of the planner's configurations for {problem.model.name} "
             f"on {problem.node.gpus}x {problem.node.gpu.name}\n# ({problem.prompts} prompt(s): predicted "
             f"{best.batch_s:.1f} s for the batch, {best.latency_s:.1f} s per request alone).\n")

@@ -1,5 +1,10 @@
 """Every configuration pipedit can run on a node, each predicted by the cost model and the
-schedule simulation, ranked by batch time (per-request latency breaks ties)."""
+schedule simulation, ranked by batch time (per-request latency breaks ties).
+
+Two-expert models (Wan2.2 A14B) are planned with both experts resident and with the idle one in
+host memory (`model.idle_expert: offload`): then each request swaps experts twice on every
+denoise rank (at the boundary, and back before the next request's first step), each swap moving
+one expert out and the other in (SWAPS_PER_REQUEST; pipedit.planner.hardware's host copy rate)."""
 
 from __future__ import annotations
 
@@ -8,10 +13,12 @@ from dataclasses import dataclass
 from .cost import (Layout, Shape, decode_seconds, handoff_seconds, physical_limit_seconds, step_seconds,
                    text_seconds)
 from .hardware import Node
-from .memory import decode_rank_bytes, denoise_rank_bytes
+from .memory import IDLE_EXPERT, decode_rank_bytes, denoise_rank_bytes
 from .models import ModelSpec
 from .simulate import Timings, simulate
 from .split_decode import split_seconds, units
+
+SWAPS_PER_REQUEST = 2
 
 
 @dataclass(frozen=True)
@@ -24,11 +31,13 @@ class Candidate:
     tiled: bool
     offload: bool = False  # the paper's baseline: modules moved to and from host memory
     split_decode: bool = True  # an idle decode group splits one video (parallel.split_decode auto)
+    idle_expert: str = "resident"  # two-expert models: "resident" or "offload" (model.idle_expert)
 
     def describe(self) -> str:
         chunk = "off" if self.chunk is None else str(self.chunk)
         return (f"decode {self.decode_ranks} | u{self.ulysses} x r{self.ring} | pipesp {chunk} | "
-                f"aco {'on' if self.aco else 'off'} | tiling {'on' if self.tiled else 'off'}")
+                f"aco {'on' if self.aco else 'off'} | tiling {'on' if self.tiled else 'off'}"
+                f"{' | idle expert ' + self.idle_expert if self.idle_expert != 'resident' else ''}")
 
 
 @dataclass(frozen=True)
@@ -54,8 +63,16 @@ class Problem:
 
 
 def text_on_vae(model: ModelSpec, decode_ranks: int) -> bool:
-    """The model's preference (PipeDiT §2): HunyuanVideo's text encoder beside the VAE."""
-    return decode_ranks > 0 and model.family == "hunyuan-video"
+    """The model's preference (PipeDiT §2): HunyuanVideo's and Wan's text encoders beside the VAE."""
+    return decode_ranks > 0 and model.text_beside_vae
+
+
+def swap_seconds(p: Problem, c: Candidate) -> float:
+    """Expert swaps of one request on every denoise rank at once (0 with both experts resident)."""
+    if p.model.experts < 2 or c.idle_expert == "resident":
+        return 0.0
+    expert = p.model.dit_params * p.model.dit_bytes_per_param
+    return SWAPS_PER_REQUEST * 2 * p.node.offload_s(expert, c.ulysses * c.ring)
 
 
 def timings(p: Problem, c: Candidate) -> Timings:
@@ -77,7 +94,8 @@ def timings(p: Problem, c: Candidate) -> Timings:
     return Timings(steps=p.steps, step_s=step, decode_s=decode, split_decode_s=split,
                    text_s=text_seconds(m, n), step_aco_s=aco_step,
                    handoff_s=handoff_seconds(m, s, n) if c.decode_ranks else 0.0,
-                   decode_ranks=c.decode_ranks, text_on_vae=text_on_vae(m, c.decode_ranks), offload_s=offload)
+                   decode_ranks=c.decode_ranks, text_on_vae=text_on_vae(m, c.decode_ranks), offload_s=offload,
+                   swap_s=swap_seconds(p, c))
 
 
 def peak_bytes(p: Problem, c: Candidate) -> float:
@@ -87,7 +105,7 @@ def peak_bytes(p: Problem, c: Candidate) -> float:
         return max(denoise_rank_bytes(m, s, c.ulysses, c.ring, False, False, c.tiled),
                    decode_rank_bytes(m, s, True, c.tiled, False))
     denoise = denoise_rank_bytes(m, s, c.ulysses, c.ring, with_text=not on_vae,
-                                 with_vae=c.decode_ranks == 0, tiled=c.tiled)
+                                 with_vae=c.decode_ranks == 0, tiled=c.tiled, idle_expert=c.idle_expert)
     split = c.decode_ranks if c.split_decode else 1
     decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco, split) if c.decode_ranks else 0.0
     return max(denoise, decode)
@@ -104,8 +122,10 @@ def _local_heads(heads: int, ulysses: int) -> int:
     return -(-heads // ulysses)
 
 
-def candidates(model: ModelSpec, gpus: int) -> list[Candidate]:
+def candidates(model: ModelSpec, gpus: int, idle_experts: tuple[str, ...] = IDLE_EXPERT) -> list[Candidate]:
+    """`idle_experts`: the choices tried for a two-expert model (one-expert models: resident)."""
     found = []
+    experts = idle_experts if model.experts > 1 else ("resident",)
     for decode in range(0, gpus):
         denoise = gpus - decode
         for ulysses in (u for u in range(1, min(denoise, model.heads) + 1) if denoise % u == 0):
@@ -114,8 +134,9 @@ def candidates(model: ModelSpec, gpus: int) -> list[Candidate]:
                                if ulysses > 1 else [])
             for chunk in chunks:
                 for aco in (False, True) if decode and ring == 1 else (False,):
-                    for tiled in (False, True):
-                        found.append(Candidate(decode, ulysses, ring, chunk, aco, tiled))
+                    for tiled in (False, True) if model.vae_tiling else (False,):
+                        found += [Candidate(decode, ulysses, ring, chunk, aco, tiled, idle_expert=idle)
+                                  for idle in experts]
     return found
 
 

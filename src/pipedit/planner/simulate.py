@@ -11,7 +11,9 @@
 - Aco: a step whose start finds no decode running or queued uses the decode ranks for attention
   heads (its faster step time); otherwise the denoise group computes attention alone.
 Text encoding runs before each request's denoising when it lives with the DiT; beside the VAE
-the prompts are encoded ahead of time (only the first request waits for it).
+the prompts are encoded ahead of time (only the first request waits for it). A two-expert model
+with its idle expert in host memory spends swap_s per request swapping experts on the denoise
+ranks (nothing else overlaps it).
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class Timings:
     text_on_vae: bool = False
     offload_s: tuple[float, float, float] = (0.0, 0.0, 0.0)  # text encoder, DiT, VAE: in + out
     split_decode_s: float | None = None  # one decode over all decode ranks; None: never split
+    swap_s: float = 0.0  # idle expert offloaded: expert swaps per request on the denoise ranks
 
 
 @dataclass(frozen=True)
@@ -56,7 +59,7 @@ def simulate(t: Timings, prompts: int) -> Outcome:
 
 
 def _sequential(t: Timings, prompts: int) -> Outcome:
-    per_request = t.text_s + t.steps * t.step_s + t.decode_s + sum(t.offload_s)
+    per_request = t.text_s + t.steps * t.step_s + t.swap_s + t.decode_s + sum(t.offload_s)
     done = tuple(per_request * (k + 1) for k in range(prompts))
     return Outcome(done[-1], done, 0)
 
@@ -78,7 +81,7 @@ def _pipelined(t: Timings, prompts: int) -> Outcome:
                 aco_steps += 1
             else:
                 clock += t.step_s
-        clock += t.handoff_s
+        clock += t.swap_s + t.handoff_s
         start = max(clock, servers[0])  # the scheduler waits for a free decode rank
         if t.split_decode_s is not None and max(servers) <= start:  # then every rank is idle
             end = start + t.split_decode_s

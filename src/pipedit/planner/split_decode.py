@@ -27,7 +27,10 @@ WFVAE_HALO_RELEASED = 10  # integrations/opensora_plan/split_decode.tail_halo fo
 
 
 def units(model: ModelSpec, shape: Shape, tiled: bool) -> int:
-    """How many pieces the decode has (1: nothing to split)."""
+    """How many pieces the decode has (1: nothing to split; Wan's causal decode runs its frame
+    chunks in order on one rank: its adapter has no split)."""
+    if model.family == "wan":
+        return 1
     lt, lh, _ = model.latent_shape(shape.height, shape.width, shape.frames)
     if model.family != "hunyuan-video":
         return lh
@@ -70,7 +73,7 @@ def split_rank_bytes(unit_peak: float, model: ModelSpec, shape: Shape, tiled: bo
     """Decode activations of one rank of a split; `unit_peak` is the single-rank decode's peak
     (memory.vae_decode_peak_bytes). HunyuanVideo's predictor already counts the held outputs
     and units run one at a time on one rank too: the same peak (conservative off the lead)."""
-    if model.family == "hunyuan-video":
+    if model.family in ("hunyuan-video", "wan"):  # wan: never split (units)
         return unit_peak
     held = output_bytes(model, shape) * (1 if lead else 1 / ranks)
     return unit_peak * slowest_share(model, shape, tiled, ranks) + held

@@ -6,6 +6,7 @@ layers_per_block + 1 resnets with 3x3x3 convolutions, upsamplers that double spa
 conv_out. diffusers decodes long videos in overlapping framewise passes (vae_memory.decode_passes)
 and, tiled, in overlapping 256-pixel spatial tiles (stride 192).
 OpenSoraPlan's WFVAE decoder: the structure in the facts sheet (§3), with its wavelet branches.
+Wan's causal VAE: pipedit.planner.wan_vae.
 """
 
 from __future__ import annotations
@@ -97,6 +98,10 @@ def wfvae_decode_flops(vae: dict, height: int, width: int, frames: int, tiled: b
 
 
 def vae_decode_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:
+    if model.family == "wan":  # untiled only (pipedit's wan adapter decodes as WanPipeline does)
+        from .wan_vae import decode_flops
+
+        return decode_flops(model.vae, *model.latent_shape(height, width, frames))
     if model.family == "hunyuan-video":
         return hunyuan_decode_flops(model.vae, height, width, frames, tiled)
     return wfvae_decode_flops(model.vae, height, width, frames, tiled)
