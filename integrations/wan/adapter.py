@@ -1,14 +1,16 @@
-"""Wan2.1 text-to-video behind pipedit's model-adapter seam.
+"""Wan behind pipedit's model-adapter seam: Wan2.1 T2V and I2V, Wan2.2 A14B T2V and I2V (see
+checkpoint.py for what is and is not supported).
 
-Loads a diffusers-layout checkpoint (model_index.json `WanPipeline`) one component at a time and
-reproduces WanPipeline's numerics (diffusers 0.42.1): prompt cleaning, UMT5 over 512 tokens with
-zero-filled padding, the empty negative prompt, guidance when guidance_scale > 1, the checkpoint's
-scheduler (fresh per request), randn latents, and the VAE's latents_mean/latents_std. The denoising
-loop itself is pipedit's engine. Guidance follows OpenSoraPlan's CFG seam (cfg_branches,
-predict_branches, combine_guidance).
+Loads a diffusers-layout checkpoint (model_index.json `WanPipeline` or `WanImageToVideoPipeline`)
+one component at a time and reproduces those pipelines' numerics (diffusers 0.42.1): prompt
+cleaning, UMT5 over 512 tokens with zero-filled padding, the empty negative prompt, guidance when
+guidance_scale > 1, the checkpoint's scheduler (fresh per request), randn latents, the VAE's
+latents_mean/latents_std, the image condition (image_condition.py) and the expert of each timestep
+with its guidance scale (experts.py). The denoising loop itself is pipedit's engine. Guidance
+follows OpenSoraPlan's CFG seam (cfg_branches, predict_branches, combine_guidance).
 
-For now Wan runs on one rank: parallel attention, CFG parallel and decode ranks are refused (see
-SINGLE_RANK_REASON); Wan2.2's second expert and image-to-video are not supported.
+Every parallel path applies: sequence-parallel attention from outside the model (parallel.py),
+CFG parallel through the CFG seam, decode ranks and Aco through the engine.
 """
 
 from __future__ import annotations
@@ -19,17 +21,18 @@ from diffusers.utils.torch_utils import randn_tensor
 from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
-from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
+from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import combine_guidance, guided_branches
 
+from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
+from .experts import IDLE_EXPERT_MODES, Experts
+from .image_condition import clip_image_embeds, condition_channels, first_frame_latents
 from .sampler import make_scheduler
 from .text_encoding import DEFAULT_NEGATIVE_PROMPT, encode_text
 
-SINGLE_RANK_REASON = (
-    "wan runs on one rank for now (sequence parallelism, CFG parallel, decode ranks and Aco are not "
-    "implemented for it yet): drop --ulysses, --ring, --cfg-parallel, --decode-ranks, --ranks and --aco on"
-)
-_TEXT_PARTS = ("tokenizer", "text_encoder")
+_COMPONENTS = (*TEXT_PARTS, *IMAGE_PARTS, "transformer", "transformer_2", "vae")
+_T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
+_IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
 class WanAdapter:
@@ -38,51 +41,54 @@ class WanAdapter:
     preferred_text_encoder = "vae"
     takes_negative_prompt = True
     takes_image = needs_image = False  # image-to-video checkpoints set these at load
-    single_rank_reason = SINGLE_RANK_REASON  # the engine refuses multi-rank layouts with this
+    takes_guidance_scale_2 = False  # two-expert checkpoints set it at load
+    accepts_idle_expert = True  # load_adapter passes model.idle_expert
 
-    def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None):
+    def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
+                 layout: WanLayout = _T2V, idle_expert: str = "resident"):
         self.components = components
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
         self.device = torch.device(device)
         self.dtype = dtype
         self.temporal_ratio = int(self.vae_config.get("scale_factor_temporal", 4))
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
+        self.layout = layout
+        self.takes_image, self.needs_image = layout.takes_image, layout.needs_image
+        self.takes_guidance_scale_2 = layout.two_experts
+        self.expert_set = None  # the denoise ranks' experts (dit loaded)
+        if "transformer" in components:
+            self.expert_set = Experts(self.experts, self._boundary_timestep(), self.device, idle_expert)
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto",
+                        idle_expert="resident"):
         """dtype None loads each component as diffusers' pipeline does by default. Wan decodes
-        untiled, as WanPipeline does by default (vae_tiling auto or off)."""
+        untiled, as WanPipeline does by default (vae_tiling auto or off). idle_expert (two-expert
+        checkpoints, denoise ranks): resident or offload (experts.py)."""
         if vae_tiling not in ("auto", "off"):
             raise UserInputError(f"vae_tiling {vae_tiling!r} is not available for wan (it decodes untiled): "
                                  f"use auto or off")
+        if idle_expert not in IDLE_EXPERT_MODES:
+            raise UserInputError(f"idle_expert must be one of {', '.join(IDLE_EXPERT_MODES)}, got {idle_expert!r}")
         index = read_model_index(path)
-        cls._check_supported(path, index)
-        wanted = ["scheduler"]
-        if "text" in parts:
-            wanted += list(_TEXT_PARTS)
-        if "dit" in parts:
-            wanted.append("transformer")
-        if "vae" in parts:
-            wanted.append("vae")
-        components = {name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted}
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
-        return cls(components, configs, device, dtype)
+        layout = WanLayout.read(path, index, configs["transformer"])
+        # The idle expert goes straight to the host: both never occupy the device, even while loading.
+        homes = {"transformer_2": "cpu"} if idle_expert == "offload" and layout.two_experts else {}
+        components = {name: load_component(path, index, name, dtype=dtype, device=homes.get(name, device))
+                      for name in layout.components_for(parts)}
+        return cls(components, configs, device, dtype, layout, idle_expert)
 
-    @staticmethod
-    def _check_supported(path, index: dict) -> None:
-        if index.get("_class_name") != "WanPipeline":
-            raise ModelPathError(f"{path} holds a {index.get('_class_name')}; the wan adapter loads WanPipeline "
-                                 f"(Wan2.1 text-to-video) checkpoints only for now")
-        if isinstance(index.get("transformer_2"), list) and index["transformer_2"][0] is not None:
-            raise ModelPathError(f"{path} is a two-expert Wan2.2 checkpoint (transformer_2); pipedit runs Wan2.1 "
-                                 f"text-to-video (one transformer) only for now")
-        if index.get("expand_timesteps"):
-            raise ModelPathError(f"{path} uses expand_timesteps (Wan2.2 TI2V); not supported yet")
+    def _boundary_timestep(self) -> float | None:
+        """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""
+        if not self.layout.two_experts:
+            return None
+        return self.layout.boundary_ratio * self.components["scheduler"].config.num_train_timesteps
 
     def __getattr__(self, name):
         components = self.__dict__.get("components", {})
-        if name in (*_TEXT_PARTS, "transformer", "vae"):
+        if name in _COMPONENTS:
             if name not in components:
                 raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
             return components[name]
@@ -100,15 +106,35 @@ class WanAdapter:
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_prompt(self, prompt: str, negative_prompt: str | None = None) -> dict[str, torch.Tensor]:
-        """negative_prompt None: the empty one, as WanPipeline without a negative prompt."""
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image=None,
+                      shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the empty one, as WanPipeline without a negative prompt. Image-to-
+        video: `image` (RGB PIL) and the request's `shape` give the image condition too."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
         negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
-        return {
+        cond = {
             "prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device),
             "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, negative, self.device),
         }
+        if image is not None or self.needs_image:
+            cond.update(self.encode_image(image, shape))
+        return cond
+
+    def encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
+        """The condition channels, and the CLIP image embedding for Wan2.1 I2V; TI2V: the first
+        frame's latents (image_condition.py)."""
+        if not self.takes_image:
+            raise InvalidRequestError("this wan checkpoint is text-to-video: it takes no image")
+        if image is None or shape is None:
+            raise InvalidRequestError("this wan checkpoint is image-to-video: the request needs an image")
+        self.validate(shape, 1)
+        if self.layout.expand_timesteps:
+            return {"first_frame": first_frame_latents(self.vae, image, shape, self.spatial_ratio)}
+        cond = {"condition": condition_channels(self.vae, image, shape, self.temporal_ratio, self.spatial_ratio)}
+        if self.layout.image_embeds:
+            cond["image_embeds"] = clip_image_embeds(self.image_processor, self.image_encoder, image)
+        return cond
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Unchanged: Wan's DiT attends to all 512 text tokens, the padding ones as zero vectors
@@ -116,12 +142,25 @@ class WanAdapter:
         return cond
 
     def text_length(self, cond: dict[str, torch.Tensor]) -> int:
-        return cond["prompt_embeds"].shape[1]
+        """The cross-attention context: text tokens, after the image tokens (Wan2.1 I2V)."""
+        image = cond["image_embeds"].shape[1] if "image_embeds" in cond else 0
+        return cond["prompt_embeds"].shape[1] + image
 
     # -- guidance ----------------------------------------------------------------------------
     def cfg_branches(self, cond: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """[negative, positive] conditions (combine_guidance's order)."""
-        return [{"prompt_embeds": cond["negative_prompt_embeds"]}, {"prompt_embeds": cond["prompt_embeds"]}]
+        """[negative, positive] conditions (combine_guidance's order); each branch carries the
+        image condition too (the same tensors), since CFG parallel hands a group its branch only."""
+        shared = {key: cond[key] for key in _IMAGE_KEYS if key in cond}
+        return [{"prompt_embeds": cond["negative_prompt_embeds"], **shared},
+                {"prompt_embeds": cond["prompt_embeds"], **shared}]
+
+    def guidance_scale_at(self, request, timestep) -> float:
+        """The step's guidance scale (runtime/denoise.py asks every adapter that has this):
+        Wan2.2's low-noise expert uses guidance_scale_2 (None: guidance_scale), as diffusers."""
+        experts = self.expert_set
+        if experts is None:
+            return request.guidance_scale
+        return experts.guidance_scale(timestep, request.guidance_scale, getattr(request, "guidance_scale_2", None))
 
     def branches_for(self, cond: dict[str, torch.Tensor], guidance_scale: float) -> list[dict[str, torch.Tensor]]:
         """Both branches when guidance applies (guidance_scale > 1, as WanPipeline), else the positive one."""
@@ -130,15 +169,46 @@ class WanAdapter:
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
                          branches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
-        """One batched forward over the branches (WanPipeline runs them one by one: equal up to
-        float rounding); outputs stay in the transformer's dtype, as WanPipeline's guidance runs."""
-        dtype = self.transformer.dtype
+        """One batched forward of this timestep's expert over the branches (the diffusers pipelines
+        run them one by one: equal up to float rounding); I2V latents get the condition channels
+        and the image embedding; outputs stay in the transformer's dtype, as the reference's."""
+        model = self.expert_set.for_timestep(timestep)
+        dtype = model.dtype
         count = len(branches)
+        first = branches[0]
+        if "condition" in first:
+            latents = torch.cat([latents, first["condition"]], dim=1)
+        if self.layout.expand_timesteps:  # per-token timesteps [count, tokens]
+            mask = self._first_frame_mask(latents, "first_frame" in first)
+            if "first_frame" in first:
+                latents = (1 - mask) * first["first_frame"] + mask * latents
+            patch_t, patch_h, patch_w = self.dit_config["patch_size"]
+            timesteps = (mask[0, 0][::patch_t, ::patch_h, ::patch_w] * timestep).flatten()[None].expand(count, -1)
+        else:
+            timesteps = timestep.reshape(1).expand(count)
         x = torch.cat([latents] * count).to(dtype)
         embeds = torch.cat([b["prompt_embeds"] for b in branches]).to(dtype)
-        out = self.transformer(hidden_states=x, timestep=timestep.reshape(1).expand(count),
-                               encoder_hidden_states=embeds, return_dict=False)[0]
+        image = torch.cat([b["image_embeds"] for b in branches]).to(dtype) if "image_embeds" in first else None
+        out = model(hidden_states=x, timestep=timesteps, encoder_hidden_states=embeds,
+                    encoder_hidden_states_image=image, return_dict=False)[0]
         return list(out.chunk(count))
+
+    @staticmethod
+    def _first_frame_mask(latents: torch.Tensor, image: bool) -> torch.Tensor:
+        """TI2V's first_frame_mask [1, 1, T, h, w] float32: 0 on the first latent frame when an
+        image gives it (its tokens get timestep 0 and the image's latents), else 1."""
+        mask = torch.ones(1, 1, *latents.shape[2:], dtype=torch.float32, device=latents.device)
+        if image:
+            mask[:, :, 0] = 0
+        return mask
+
+    def finish_latents(self, latents: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        """After the last step (runtime/denoise.py): TI2V with an image puts the image's latents
+        in the first frame, as WanImageToVideoPipeline does after its loop; else unchanged."""
+        if "first_frame" not in cond:
+            return latents
+        mask = self._first_frame_mask(latents, True)
+        return (1 - mask) * cond["first_frame"] + mask * latents
 
     def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:
         preds = self.predict_branches(latents, timestep, self.branches_for(cond, guidance_scale))
@@ -162,15 +232,19 @@ class WanAdapter:
     def experts(self) -> list:
         """The loaded transformers (Wan2.2 A14B: transformer for high noise, transformer_2 for low);
         parallel attention is installed on each."""
-        return [self.transformer]
+        return [self.components[name] for name in ("transformer", "transformer_2") if name in self.components]
 
     def enable_sequence_parallel(self, ctx, strategy) -> int:
-        raise UserInputError(SINGLE_RANK_REASON)
+        """Every expert's attention through `strategy`, its video sequence sharded over ctx (see
+        parallel.py); the calls per forward of one expert (only one runs per step)."""
+        from .parallel import enable_sequence_parallel
+
+        return [enable_sequence_parallel(expert, ctx, strategy) for expert in self.experts][0]
 
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
         frames = (shape.num_frames - 1) // self.temporal_ratio + 1
-        channels = int(self.dit_config["in_channels"])
+        channels = int(self.vae_config.get("z_dim", 16))  # as the reference (I2V's DiT takes more: the condition)
         return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
 
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:

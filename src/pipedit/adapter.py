@@ -22,7 +22,8 @@ _MODELS: dict[str, str] = {
 }
 MODEL_NAMES = tuple(_MODELS)
 # pipeline class in model_index.json -> model name.
-_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video", "WanPipeline": "wan"}
+_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video", "WanPipeline": "wan",
+                             "WanImageToVideoPipeline": "wan"}
 # Checkpoints without model_index.json: model name -> "module:function" telling whether a folder
 # holds that model's official release layout.
 _LAYOUT_DETECTORS: dict[str, str] = {
@@ -84,9 +85,11 @@ class ModelAdapter(Protocol):
     takes_image: bool  # image-to-video conditioning
     needs_image: bool  # image-to-video only: a request without an image is refused
 
-    def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image: Any = None) -> dict[str, torch.Tensor]:
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image: Any = None,
+                      shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
         """On the text rank. `negative_prompt` None: the model's default; `image` an RGB PIL image
-        (pipedit.images.load_image), only for models that take one."""
+        (pipedit.images.load_image) and the request's `shape` (the image condition depends on it),
+        both passed only with an image, so only to models that take one."""
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """On the denoise ranks, once per request, on host tensors: the condition the DiT sees
@@ -130,10 +133,13 @@ class UnsupportedInputError(InvalidRequestError):
         self.param = param
 
 
-def check_inputs(adapter, *, negative_prompt: str | None, has_image: bool) -> None:
-    """Refuses a negative prompt or an image the model cannot use, or a missing required image;
-    the message names the models that take it."""
+def check_inputs(adapter, *, negative_prompt: str | None, has_image: bool, guidance_scale_2: float | None = None,
+                 guidance_scale: float | None = None) -> None:
+    """Refuses a negative prompt, an image or a guidance_scale_2 the model cannot use, or a missing
+    required image; the message names the models that take it."""
     family = getattr(adapter, "family", "this model")
+    if guidance_scale_2 is not None:
+        _check_guidance_scale_2(adapter, family, guidance_scale_2, guidance_scale)
     if negative_prompt is not None and negative_prompt.strip() and not getattr(adapter, "takes_negative_prompt", False):
         raise UnsupportedInputError(
             f"negative_prompt is not supported by {family} (it uses embedded guidance); leave it out, or serve a "
@@ -144,6 +150,19 @@ def check_inputs(adapter, *, negative_prompt: str | None, has_image: bool) -> No
     if not has_image and getattr(adapter, "needs_image", False):
         raise UnsupportedInputError(f"this {family} checkpoint is image-to-video: send an image (png, jpeg or webp) "
                                     f"with the prompt", "image")
+
+
+def _check_guidance_scale_2(adapter, family: str, scale_2: float, scale: float | None) -> None:
+    if not getattr(adapter, "takes_guidance_scale_2", False):
+        raise UnsupportedInputError(
+            f"guidance_scale_2 applies to two-expert checkpoints only (Wan2.2 A14B: transformer_2 and "
+            f"boundary_ratio); this {family} checkpoint has one transformer: leave it out", "guidance_scale_2")
+    if scale is not None and scale > 1 and scale_2 < 1:
+        # One scale <= 1 means "no guidance" at every step; below 1 the low-noise steps would need
+        # both branches combined with a weight under 1, which pipedit's per-step seam does not run.
+        raise UnsupportedInputError(
+            f"guidance_scale_2 {scale_2} is below 1 while guidance_scale is {scale}: use 1 (no guidance for the "
+            f"low-noise expert) or a value above 1", "guidance_scale_2")
 
 
 def read_model_index(path: str | Path) -> dict[str, Any]:
@@ -220,9 +239,13 @@ def adapter_class_for(path: str | Path, model: str | None = None) -> type:
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None, vae_tiling: str = "auto", model: str | None = None,
-                 text_encoder_path: str | None = None) -> ModelAdapter:
+                 text_encoder_path: str | None = None, idle_expert: str = "resident") -> ModelAdapter:
+    """idle_expert (model.idle_expert) reaches the adapters with two experts (Wan2.2 A14B); the
+    others have nothing idle and ignore it."""
     adapter_class = adapter_class_for(path, model)
     options = {}
+    if getattr(adapter_class, "accepts_idle_expert", False):
+        options["idle_expert"] = idle_expert
     if text_encoder_path:
         if not getattr(adapter_class, "accepts_text_encoder_path", False):
             raise ModelPathError(f"a text encoder path applies to opensora-plan only, not to {adapter_class.family}")
@@ -234,4 +257,11 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
 def shape_validator(path: str | Path, model: str | None = None):
     """The model's own `validate(VideoShape, steps)`, from its configs only (no weights load):
     what the server and the batch renderer check requests with before the engine sees them."""
-    return adapter_class_for(path, model).from_pretrained(path, parts=frozenset()).validate
+    return model_inputs(path, model).validate
+
+
+def model_inputs(path: str | Path, model: str | None = None):
+    """The model's adapter built from its configs only (no weights load, parts=frozenset()): its
+    `validate` and the inputs it takes (takes_negative_prompt, takes_image, needs_image), for
+    check_inputs before any model loads."""
+    return adapter_class_for(path, model).from_pretrained(path, parts=frozenset())

@@ -17,6 +17,7 @@ from .errors import ModelPathError
 _CONFIG_FILES = {
     "scheduler": ("scheduler_config.json",),
     "tokenizer": ("tokenizer_config.json", "tokenizer.json", "vocab.json", "tokenizer.model"),
+    "processor": ("preprocessor_config.json",),  # image processors (Wan2.1 I2V's CLIPImageProcessor)
 }
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
 
@@ -26,6 +27,8 @@ def _component_kind(name: str) -> str:
         return "tokenizer"
     if name.startswith("scheduler"):
         return "scheduler"
+    if name.endswith("_processor") or name == "feature_extractor":
+        return "processor"
     return "model"
 
 

@@ -15,6 +15,7 @@ from .errors import UserInputError
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 VAE_TILING_MODES = ("auto", "on", "off")
+IDLE_EXPERT_MODES = ("resident", "offload")  # model.idle_expert
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class ModelConfig:
     vae_tiling: str = "auto"
     # Regional torch.compile of the DiT's repeated blocks on the denoise ranks (runtime/compile.py).
     compile: bool = False
+    # Two-expert models (Wan2.2 A14B) on the denoise ranks: resident (both experts on the device) or
+    # offload (the idle expert on the host, swapped once per request at the boundary; no-op on CPU).
+    idle_expert: str = "resident"
 
     def __post_init__(self):
         if not isinstance(self.compile, bool):
@@ -40,6 +44,7 @@ class ModelConfig:
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
         _check_choice("vae_tiling", self.vae_tiling, VAE_TILING_MODES)
+        _check_choice("model.idle_expert", self.idle_expert, IDLE_EXPERT_MODES)
         if self.name is not None:
             from .adapter import MODEL_NAMES
 
@@ -185,7 +190,8 @@ class ServeConfig:
     max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request (400 above)
     max_pixels: int = 1280 * 720 * 129  # height x width x num_frames of one request: memory, whatever the steps
     max_body_bytes: int = 1 << 20  # request body of a JSON route (413 above)
-    max_upload_bytes: int = 20 << 20  # request body of a route that takes an upload
+    max_upload_bytes: int = 20 << 20  # request body of a create that uploads an image (multipart; 413 above)
+    max_image_pixels: int = 4096 * 4096  # decoded width x height of an input_reference image (400 above)
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
@@ -208,7 +214,7 @@ class ServeConfig:
             raise UserInputError("serve.admin_keys must also be listed in serve.api_keys (they authenticate as keys)")
         for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",
                      "max_prompt_chars", "max_side", "max_frames", "max_fps", "max_pixels", "max_body_bytes",
-                     "max_upload_bytes", "max_event_streams", "max_event_streams_per_key", "max_attempts"):
+                     "max_upload_bytes", "max_image_pixels", "max_event_streams", "max_event_streams_per_key", "max_attempts"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")

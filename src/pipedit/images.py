@@ -19,6 +19,16 @@ def allowed_formats() -> str:
     return f"{', '.join(first)} or {last}"
 
 
+def placeholder_image(width: int = 64, height: int = 64) -> bytes:
+    """A mid-gray png: the image of pipedit's own requests (calibration, benchmarks) to a model
+    that needs one (image-to-video)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (width, height), (128, 128, 128)).save(buffer, format="PNG")
+    return buffer.getvalue()
+
+
 def load_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, what: str = "image"):
     """Encoded image bytes -> an RGB PIL image. InvalidRequestError naming the allowed formats or
     the pixel limit when the bytes are not a png, jpeg or webp image of at most `max_pixels`."""

@@ -28,6 +28,8 @@ class VideoRequest:
     # Image-to-video: the conditioning image's encoded file bytes (png, jpeg or webp; checked by
     # pipedit.images.load_image where it enters pipedit). Bytes, not pixels: small to send to a rank.
     image: bytes | None = field(default=None, repr=False)
+    # Two-expert models (Wan2.2 A14B): the low-noise expert's guidance scale; None: guidance_scale.
+    guidance_scale_2: float | None = None
 
     def __post_init__(self):
         if self.cache is not None:
@@ -40,6 +42,9 @@ class VideoRequest:
             raise InvalidRequestError(f"steps must be at least 1, got {self.steps}")
         if self.guidance_scale < 0:
             raise InvalidRequestError(f"guidance_scale must be >= 0, got {self.guidance_scale}")
+        if self.guidance_scale_2 is not None and not self.guidance_scale_2 >= 0:
+            raise InvalidRequestError(f"guidance_scale_2 must be >= 0 (or left out: guidance_scale), "
+                                      f"got {self.guidance_scale_2}")
         if self.negative_prompt is not None and not isinstance(self.negative_prompt, str):
             raise InvalidRequestError(f"negative_prompt must be a string, got {type(self.negative_prompt).__name__}")
         if self.image is not None and (not isinstance(self.image, (bytes, bytearray)) or not self.image):

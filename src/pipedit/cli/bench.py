@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
-from .flags import add_cache_flag, add_compile_flag, add_pipeline_flags, base_config, pipeline_overrides
+from .flags import add_cache_flag, add_compile_flag, add_idle_expert_flag, add_pipeline_flags, base_config, pipeline_overrides
 
 
 def add_parser(sub) -> None:
@@ -81,6 +81,7 @@ def _add_sp(kinds) -> None:
     p.add_argument("--seq-len", type=int, default=4096, help="--attention-only: video tokens over all ranks")
     p.add_argument("--text-len", type=int, default=256, help="--attention-only: text tokens")
     add_compile_flag(p, help="also time the compiled model: eager and compiled tables, compile time per world")
+    add_idle_expert_flag(p)
     p.set_defaults(run=_run_sp)
 
 
@@ -94,7 +95,8 @@ def _run_sp(args) -> int:
             raise UserInputError("--compile times model steps; --attention-only times one attention call, which "
                                  "--compile leaves eager (collectives are never compiled): drop one of them")
         return _run_sp_attention(args)
-    config = base_config(args).with_overrides("model", path=args.model_path, name=args.model, compile=args.compile)
+    config = base_config(args).with_overrides("model", path=args.model_path, name=args.model, compile=args.compile,
+                                              idle_expert=args.idle_expert)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
     request = VideoRequest("a benchmark prompt: a red fox running through snow", height=args.height,
                            width=args.width, num_frames=args.num_frames, steps=1)

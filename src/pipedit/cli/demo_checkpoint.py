@@ -7,14 +7,17 @@ from ..errors import UserInputError
 
 def add_parser(sub) -> None:
     from ..integrations.hunyuan_video.presets import DEFAULT_PRESET, PRESETS
+    from ..integrations.wan import presets as wan_presets
 
     p = sub.add_parser("demo-checkpoint", help="write an offline synthetic checkpoint (default: the tiny HunyuanVideo demo)")
     p.add_argument("directory", help="folder to create (the model's release layout)")
     p.add_argument("--model", choices=("hunyuan-video", "opensora-plan", "wan"), default="hunyuan-video",
                    help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/); "
-                        "wan: a tiny Wan2.1 text-to-video WanPipeline in the diffusers layout")
-    p.add_argument("--preset", default=DEFAULT_PRESET,
-                   help="; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items()))
+                        "wan: a tiny Wan in the diffusers layout (the --preset names which)")
+    hunyuan = "; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items())
+    wan = "; ".join(f"{name}: {preset.about}" for name, preset in wan_presets.PRESETS.items())
+    p.add_argument("--preset", default=None,
+                   help=f"hunyuan-video (default {DEFAULT_PRESET}): {hunyuan}. wan (default {wan_presets.DEFAULT_PRESET}): {wan}")
     p.set_defaults(run=run)
 
 
@@ -24,17 +27,18 @@ def run(args) -> int:
     if args.model == "opensora-plan":
         from ..integrations.opensora_plan.demo_checkpoint import write_demo_cli
 
-        if args.preset != DEFAULT_PRESET:
-            raise UserInputError("--preset applies to hunyuan-video only")
+        if args.preset is not None:
+            raise UserInputError("--preset applies to hunyuan-video and wan only")
         print(write_demo_cli(args.directory))
         return 0
     if args.model == "wan":
-        from ..integrations.wan.demo_checkpoint import write_demo_checkpoint as write_wan
+        from ..integrations.wan import presets as wan_presets
+        from ..integrations.wan.demo_checkpoint import write_demo_checkpoint
 
-        if args.preset != DEFAULT_PRESET:
-            raise UserInputError("--preset applies to hunyuan-video only")
-        return _write_and_print(write_wan, args.directory)
-    return _write_and_print(write_preset, args.directory, args.preset)
+        preset = args.preset or wan_presets.DEFAULT_PRESET
+        wan_presets.check_preset(preset)
+        return _write_and_print(lambda directory: write_demo_checkpoint(directory, preset=preset), args.directory)
+    return _write_and_print(write_preset, args.directory, args.preset or DEFAULT_PRESET)
 
 
 def _write_and_print(write, directory, *options) -> int:

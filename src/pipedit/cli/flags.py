@@ -83,6 +83,14 @@ def add_model_flags(p) -> None:
     p.add_argument("--text-encoder-path",
                    help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
                         "(default: MODEL_PATH/text_encoder)")
+    add_idle_expert_flag(p)
+
+
+def add_idle_expert_flag(p) -> None:
+    """--idle-expert (config model.idle_expert), shared by generate, render, serve and bench sp."""
+    p.add_argument("--idle-expert", choices=("resident", "offload"),
+                   help="two-expert models (Wan2.2 A14B): keep both experts on each denoise GPU (resident, default) "
+                        "or the idle one on the host, swapped once per request (offload; nothing moves on CPU)")
 
 
 def add_pipeline_flags(p) -> None:
@@ -108,7 +116,8 @@ def engine_config(args):
     """The EngineConfig of add_engine_flags' flags: the --config file, flags override it."""
     config = base_config(args)
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
-                                   text_encoder_path=args.text_encoder_path, compile=args.compile)
+                                   text_encoder_path=args.text_encoder_path, compile=args.compile,
+                                   idle_expert=args.idle_expert)
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
                                    cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)

@@ -35,6 +35,10 @@ class CalibrationWorker(DenoiseWorker):
     def measure(self, model_path: str, request: VideoRequest) -> dict:
         """T_denoise (CALIBRATION_STEPS timed forwards scaled to the step count) and T_decode."""
         self.setup(model_path)
+        if getattr(self.adapter, "needs_image", False) and request.image is None:  # image-to-video
+            from ..images import placeholder_image
+
+            request = replace(request, image=placeholder_image())
         self.begin(request, self.encode_prompt(request))
         self.step()  # warm-up
         start = time.perf_counter()

@@ -72,7 +72,7 @@ class RankWorker:
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
-                                    text_encoder_path=model.text_encoder_path)
+                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
@@ -96,14 +96,17 @@ class RankWorker:
         """On the rank holding the text encoders; validates the request first (cheap, and before
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
-        check_inputs(self.adapter, negative_prompt=request.negative_prompt, has_image=request.image is not None)
+        check_inputs(self.adapter, negative_prompt=request.negative_prompt, has_image=request.image is not None,
+                     guidance_scale_2=request.guidance_scale_2, guidance_scale=request.guidance_scale)
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
         inputs = {}
-        if request.negative_prompt is not None:
+        # check_inputs lets a blank negative prompt through for models without one (it asks for
+        # nothing); their encode_prompt takes no such argument.
+        if request.negative_prompt is not None and getattr(self.adapter, "takes_negative_prompt", False):
             inputs["negative_prompt"] = request.negative_prompt
-        if request.image is not None:
-            inputs["image"] = load_image(request.image)
+        if request.image is not None:  # the image condition depends on the video's size and frames
+            inputs.update(image=load_image(request.image), shape=request.shape)
         with self._encode_stream():
             return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt, **inputs).items()}
 

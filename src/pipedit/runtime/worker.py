@@ -15,7 +15,7 @@ from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
-from .denoise import DenoiseJob
+from .denoise import DenoiseJob, step_guidance_scale
 from .rank import RankWorker
 from .cfg_parallel import CfgParallelPredictor
 from .sequence_parallel import SequenceParallelRuntime
@@ -119,7 +119,8 @@ class DenoiseWorker(RankWorker):
         self._set_aco(aco)
         try:
             start = time.perf_counter()
-            job.predict(job.latents, job.timesteps[job.steps_done], job.cond, job.request.guidance_scale)
+            timestep = job.timesteps[job.steps_done]
+            job.predict(job.latents, timestep, job.cond, step_guidance_scale(self.adapter, job.request, timestep))
             if job.latents.is_cuda:
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - start

@@ -109,13 +109,13 @@ def test_step_cache_is_refused_for_wan(engine):
 
 
 def test_unsupported_wan_checkpoints_and_options_are_refused(tiny_wan, tmp_path):
-    two_experts = tmp_path / "a14b"
-    shutil.copytree(tiny_wan, two_experts)
-    index = json.loads((two_experts / "model_index.json").read_text())
-    index.update(transformer_2=["diffusers", "WanTransformer3DModel"], boundary_ratio=0.875)
-    (two_experts / "model_index.json").write_text(json.dumps(index))
-    with pytest.raises(ModelPathError, match="two-expert Wan2.2"):
-        load_adapter(two_experts, parts=set())
+    no_second_expert = tmp_path / "a14b"
+    shutil.copytree(tiny_wan, no_second_expert)
+    index = json.loads((no_second_expert / "model_index.json").read_text())
+    index.update(boundary_ratio=0.875)  # two experts named, transformer_2 absent
+    (no_second_expert / "model_index.json").write_text(json.dumps(index))
+    with pytest.raises(ModelPathError, match="sets boundary_ratio 0.875 but has no transformer_2"):
+        load_adapter(no_second_expert, parts=set())
     with pytest.raises(UserInputError, match="use auto or off"):
         load_adapter(tiny_wan, parts=set(), vae_tiling="on")
     with pytest.raises(InvalidRequestError, match="multiples of 16"):
@@ -132,11 +132,11 @@ def test_demo_checkpoint_cli_writes_a_wan_pipeline(tmp_path, capsys):
         "UniPCMultistepScheduler", "flow_prediction", 3.0)
 
 
-def test_dry_run_names_the_models_it_has_released_configs_for(capsys):
+def test_dry_run_of_bare_wan_names_the_wan_releases(capsys):
     from pathlib import Path
 
     config = Path(__file__).resolve().parents[3] / "configs" / "demo-cpu.yaml"
     assert main(["dry-run", "--config", str(config), "--model", "wan", "--height", "64", "--width", "64",
                  "--frames", "5"]) == 2
     err = capsys.readouterr().err
-    assert "Traceback" not in err and "no released configs for 'wan'" in err
+    assert "Traceback" not in err and "--model wan-1.3b | wan-14b | wan-a14b | wan-ti2v-5b" in err

@@ -1,0 +1,124 @@
+"""Wan2.2 A14B (two experts: `transformer` while t >= boundary_ratio * num_train_timesteps,
+`transformer_2` after, guidance_scale_2 for the latter) through pipedit's engine against diffusers'
+WanPipeline and WanImageToVideoPipeline, on tiny random checkpoints with other sizes than the demo
+(3 heads of 8, text width 24) whose two experts have different weights.
+
+Tolerance: both sides run the same fp32 modules on the same CPU; pipedit batches the [negative,
+positive] branches in one forward where diffusers runs two, which may move the last float bits, so
+final latents are compared at the contract's 1e-4 relative (max |diff| / max |reference|).
+"""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from pipedit.adapter import UnsupportedInputError
+from pipedit.config import EngineConfig, ModelConfig
+from pipedit.errors import UserInputError
+from pipedit.images import load_image
+from pipedit.request import VideoRequest
+from pipedit.runtime.engine import Engine
+
+PROMPT = "two  cats boxing &amp;amp; a referee"
+HEIGHT, WIDTH, FRAMES, STEPS = 32, 48, 5, 4  # 4 UniPC steps: timesteps 999, 900, 750, 500
+
+
+def _write(tmp_path_factory, preset):
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    dims = WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=13)
+    return write_demo_checkpoint(tmp_path_factory.mktemp(preset) / "tiny", dims, preset=preset)
+
+
+@pytest.fixture(scope="module")
+def tiny_a14b(tmp_path_factory):
+    return _write(tmp_path_factory, "a14b")  # boundary_ratio 0.875
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_a14b):
+    with Engine(EngineConfig(model=ModelConfig(path=str(tiny_a14b)))) as engine:
+        yield engine
+
+
+def _relative(ours, reference):
+    assert ours.shape == reference.shape
+    return ((ours - reference).abs().max() / reference.abs().max()).item()
+
+
+def _run(pipe, seed, guidance_scale_2, **inputs):
+    pipe.set_progress_bar_config(disable=True)
+    return pipe(prompt=PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
+                guidance_scale=4.0, guidance_scale_2=guidance_scale_2, output_type="latent",
+                generator=torch.Generator("cpu").manual_seed(seed), **inputs).frames
+
+
+def _request(**options):
+    return VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, guidance_scale=4.0,
+                        seed=5, **options)
+
+
+def test_a14b_latents_equal_diffusers_and_both_experts_run(engine, tiny_a14b):
+    from diffusers import WanPipeline
+
+    experts = engine.executor.worker.adapter.expert_set
+    before = list(experts.uses)
+    low_guidance = engine.generate(_request(guidance_scale_2=2.0))
+    ran = [after - first for after, first in zip(experts.uses, before)]
+    same_guidance = engine.generate(_request())
+    pipe = WanPipeline.from_pretrained(tiny_a14b)
+    reference_low, reference_same = _run(pipe, 5, 2.0), _run(pipe, 5, None)
+    assert ran == [2, 2]  # 999 and 900 >= 875 on transformer, 750 and 500 on transformer_2
+    assert _relative(low_guidance.latents, reference_low) <= 1e-4
+    assert _relative(same_guidance.latents, reference_same) <= 1e-4
+    assert _relative(reference_low, reference_same) > 1e-3  # guidance_scale_2 matters (10x the bound)
+    # transformer_2 matters: the high-noise expert alone gives other latents.
+    pipe.transformer_2 = pipe.transformer
+    assert _relative(_run(pipe, 5, 2.0), reference_low) > 1e-3
+
+
+def test_wan22_i2v_a14b_latents_equal_diffusers(tmp_path_factory):
+    from diffusers import WanImageToVideoPipeline
+
+    path = _write(tmp_path_factory, "i2v-a14b")  # no image encoder, boundary_ratio 0.9
+    buffer = io.BytesIO()
+    Image.fromarray((np.random.RandomState(1).rand(40, 40, 3) * 255).astype("uint8")).save(buffer, format="WEBP")
+    with Engine(EngineConfig(model=ModelConfig(path=str(path)))) as engine:
+        ours = engine.generate(_request(guidance_scale_2=3.0, negative_prompt="static", image=buffer.getvalue()))
+        assert engine.executor.worker.adapter.expert_set.uses == [2, 2]  # 999, 900 | 750, 500
+    reference = _run(WanImageToVideoPipeline.from_pretrained(path), 5, 3.0, negative_prompt="static",
+                     image=load_image(buffer.getvalue()))
+    assert _relative(ours.latents, reference) <= 1e-4
+
+
+def test_guidance_scale_2_below_one_under_guidance_is_refused(engine):
+    with pytest.raises(UnsupportedInputError, match="use 1 \\(no guidance for the low-noise expert\\)"):
+        engine.generate(_request(guidance_scale_2=0.5))
+
+
+def test_expert_choice_and_step_guidance_follow_diffusers():
+    from pipedit.integrations.wan.experts import Experts
+
+    experts = Experts([torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)], 875.0, torch.device("cpu"))
+    assert [experts.index_for(torch.tensor(t)) for t in (999, 875, 874.9, 0)] == [0, 0, 1, 1]
+    assert experts.guidance_scale(torch.tensor(999), 4.0, 3.0) == 4.0
+    assert experts.guidance_scale(torch.tensor(500), 4.0, 3.0) == 3.0
+    assert experts.guidance_scale(torch.tensor(500), 4.0, None) == 4.0  # None: guidance_scale
+    assert experts.guidance_scale(torch.tensor(500), 1.0, 3.0) == 1.0  # no guidance decided by guidance_scale
+
+
+def test_idle_expert_is_validated_and_offload_moves_nothing_on_cpu():
+    from pipedit.integrations.wan.experts import Experts
+
+    from pipedit.cli import build_parser
+    from pipedit.cli.flags import engine_config
+
+    with pytest.raises(UserInputError, match="model.idle_expert must be one of resident, offload"):
+        ModelConfig(idle_expert="gpu")
+    args = build_parser().parse_args(["generate", "--prompt", "x", "--output", "x.mp4", "--idle-expert", "offload"])
+    assert engine_config(args).model.idle_expert == "offload"
+    experts = Experts([torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)], 875.0, torch.device("cpu"), "offload")
+    assert not experts.offload  # on a CPU device the host is the device
