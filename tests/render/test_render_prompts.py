@@ -39,7 +39,9 @@ def test_plain_text_detected_by_content(tmp_path):
     ({"prompt": "x", "size": "big"}, "WIDTHxHEIGHT"),
     ({"prompt": "x", "num_frames": "5"}, "num_frames must be an integer"),
     ({"prompt": "x", "name": "../escape"}, "is not allowed"),
-    ({"prompt": "x", "negative_prompt": "blurry"}, "negative_prompt is not supported"),
+    ({"prompt": "x", "negative_prompt": 3}, "negative_prompt must be a string"),
+    ({"prompt": "x", "image": ["a.png"]}, "image must be a file path"),
+    ({"prompt": "x", "image": "missing.png"}, "missing.png does not exist"),
 ])
 def test_a_bad_line_fails_alone_with_its_error(tmp_path, line, fragment):
     path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "good"}, line, {"prompt": "also good"}])

@@ -11,6 +11,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("generate", help="generate one video from a prompt")
     p.add_argument("--prompt", required=True, help="text describing the video")
     p.add_argument("--output", required=True, help="path of the mp4 to write")
+    p.add_argument("--image", help="image-to-video: the first frame's image (png, jpeg or webp), for models that "
+                                   "take one (wan with an image-to-video checkpoint)")
+    p.add_argument("--negative-prompt", help="what the video should not show, for models with classifier-free "
+                                             "guidance (wan, opensora-plan); default: the model's own")
     p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
     add_engine_flags(p, seed_help="seed of the CPU torch.Generator that draws the initial noise")
     p.set_defaults(run=run)
@@ -19,6 +23,8 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from ..render.single import generate_to_file
 
-    output = generate_to_file(engine_config(args), args.prompt, Path(args.output), args.save_latents)
+    output = generate_to_file(engine_config(args), args.prompt, Path(args.output), args.save_latents,
+                              negative_prompt=args.negative_prompt,
+                              image_path=Path(args.image) if args.image else None)
     print(output.resolve())
     return 0

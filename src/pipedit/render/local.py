@@ -19,6 +19,7 @@ from ..errors import UserInputError
 from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from ..video import VideoWriteError, write_mp4
 from .batch import Batch
+from .inputs import line_image
 from .prompts import RenderLine, Validator
 
 PROGRESS_EVERY_S = 0.2
@@ -31,23 +32,27 @@ def model_identity(config: EngineConfig) -> str:
     return f"pipedit-demo-{config.model.name}" if config.model.name else "pipedit-demo"
 
 
-def shape_validator(config: EngineConfig) -> Validator:
-    """The model adapter's own checks on a line's resolved settings (no weights are loaded)."""
-    from ..adapter import shape_validator as model_validator
-    from ..runtime.engine import resolve_model_path
+def line_validator(config: EngineConfig) -> Validator:
+    """The model adapter's own checks on a line's resolved settings: its shapes, and whether it
+    takes the line's negative prompt and image (pipedit.adapter.check_inputs; no weights load)."""
+    from .inputs import config_checker
 
-    validate = model_validator(resolve_model_path(config.model.path, config.model.name), config.model.name)
+    check_model = config_checker(config)
 
     def check(settings: dict) -> None:
-        validate(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"])
+        check_model(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"],
+                    settings.get("negative_prompt"), settings.get("image") is not None)
 
     return check
 
 
 def request_for(line: RenderLine) -> VideoRequest:
+    """UserInputError when the line's image changed since the prompts file was read (its key
+    and manifest entry describe the image read then)."""
     s = line.settings
     return VideoRequest(prompt=s["prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
-                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"], cache=s.get("cache"))
+                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"], cache=s.get("cache"),
+                        negative_prompt=s.get("negative_prompt"), image=line_image(s))
 
 
 class LocalRunner:

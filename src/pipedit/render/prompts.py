@@ -22,11 +22,14 @@ from ..errors import UserInputError
 
 # Keys a JSONL line may carry; anything else is an error (a typo must not silently use a default).
 LINE_KEYS = ("prompt", "name", "size", "height", "width", "num_frames", "steps", "seed",
-             "guidance_scale", "fps", "negative_prompt", "cache")
+             "guidance_scale", "fps", "negative_prompt", "image", "cache")
 _INT_KEYS = ("height", "width", "num_frames", "steps", "seed", "fps")
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
-HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model", "cache")
+HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model", "cache",
+          "negative_prompt", "image_sha256")
+# Settings a line has only when it gives them; lines without them keep the keys they had before.
+_OPTIONAL = ("negative_prompt", "image", "image_sha256")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
 
@@ -51,6 +54,9 @@ def settings_key(settings: dict) -> str:
     picked = {k: settings.get(k) for k in HASHED}
     if picked["cache"] in (None, "none"):  # uncached lines keep the keys they had before caching existed
         del picked["cache"]
+    for k in _OPTIONAL:  # the image counts by its content (image_sha256), not by where it lies
+        if picked.get(k) is None:
+            picked.pop(k, None)
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -77,7 +83,7 @@ def read_lines(path: Path, defaults: GenerationDefaults, model: str,
         stripped = raw.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        line = _resolve(number, stripped, jsonl, defaults, model, validate)
+        line = _resolve(number, stripped, jsonl, defaults, model, validate, path.parent)
         if line.name in names:
             line.error = line.error or (f"name '{line.name}' is already used by line {names[line.name]}; "
                                         f"names must be unique")
@@ -88,12 +94,13 @@ def read_lines(path: Path, defaults: GenerationDefaults, model: str,
 
 
 def _resolve(number: int, text: str, jsonl: bool, defaults: GenerationDefaults, model: str,
-             validate: Validator | None) -> RenderLine:
+             validate: Validator | None, folder: Path) -> RenderLine:
     line = RenderLine(number, f"line-{number:04d}")
     try:
         given = _parse(text) if jsonl else {"prompt": text}
         line.name = _name(number, given)
         line.settings = _settings(given, defaults, model)
+        line.settings.update(_inputs(given, folder))
         if validate is not None:
             validate(line.settings)
     except UserInputError as error:
@@ -130,8 +137,6 @@ def _settings(given: dict, defaults: GenerationDefaults, model: str) -> dict:
     prompt = given.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserInputError('missing prompt: each line needs a non-empty "prompt" string')
-    if str(given.get("negative_prompt") or "").strip():
-        raise UserInputError("negative_prompt is not supported by HunyuanVideo (it uses embedded guidance); leave it out")
     for key in _INT_KEYS:
         if key in given and (not isinstance(given[key], int) or isinstance(given[key], bool)):
             raise UserInputError(f"{key} must be an integer, got {given[key]!r}")
@@ -145,6 +150,27 @@ def _settings(given: dict, defaults: GenerationDefaults, model: str) -> dict:
         "guidance_scale": float(given.get("guidance_scale", defaults.guidance_scale)), "model": model,
         "cache": _cache(given.get("cache", defaults.cache)),
     }
+
+
+def _inputs(given: dict, folder: Path) -> dict:
+    """negative_prompt and image, when the line gives them (whether the model takes them is the
+    validator's question). The image is read and decoded now: a bad file fails its line at once."""
+    inputs = {}
+    negative = given.get("negative_prompt")
+    if negative is not None:
+        if not isinstance(negative, str):
+            raise UserInputError(f"negative_prompt must be a string, got {negative!r}")
+        inputs["negative_prompt"] = negative
+    image = given.get("image")
+    if image is not None:
+        if not isinstance(image, str) or not image.strip():
+            raise UserInputError(f'image must be a file path (relative to the prompts file), got {image!r}')
+        from .inputs import read_image_file
+
+        path = (folder / image).resolve()  # an absolute `image` stays as it is
+        inputs["image"] = str(path)
+        inputs["image_sha256"] = hashlib.sha256(read_image_file(path)).hexdigest()
+    return inputs
 
 
 def _cache(value) -> str:

@@ -1,8 +1,9 @@
 """Rendering through a running `pipedit serve` (its /v1/videos API), at most N jobs in flight.
 
 Every setting is sent explicitly (the server's defaults never decide a video), so the manifest
-describes exactly what was rendered. Downloads are written aside, checked (every byte the server
-announced, every frame decodes) and fsynced, then renamed, as write_mp4 does.
+describes exactly what was rendered; a line's image goes as the API's `input_reference` file
+part (multipart/form-data, as OpenAI's SDK sends it). Downloads are written aside, checked (every
+byte the server announced, every frame decodes) and fsynced, then renamed, as write_mp4 does.
 
 Transient answers are retried with exponential backoff: a connection that fails or is cut short
 (including a download cut short), 500, 502, 503 and 504, and 429. Each call is retried at most
@@ -27,7 +28,9 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..video import VideoWriteError, fsync_file, publish, temp_name, verify_mp4
+from . import multipart
 from .batch import Batch
+from .inputs import line_image
 from .prompts import RenderLine
 
 POLL_S = 0.2
@@ -59,7 +62,21 @@ def create_body(line: RenderLine) -> dict:
             "fps": s["fps"]}
     if s.get("cache", "none") != "none":  # sent only when asked for: servers without caching refuse the field
         body["cache"] = s["cache"]
+    if s.get("negative_prompt") is not None:
+        body["negative_prompt"] = s["negative_prompt"]
     return body
+
+
+def create_request(line: RenderLine) -> tuple[bytes, str]:
+    """The POST /v1/videos body and its Content-Type: JSON; multipart/form-data when the line
+    has an image, sent as the API's `input_reference` file part, as OpenAI's SDK sends it.
+    UserInputError when the image changed since the prompts file was read."""
+    fields = create_body(line)
+    image = line_image(line.settings)
+    if image is None:
+        return json.dumps(fields).encode(), "application/json"
+    media_type, suffix = multipart.image_type(image)
+    return multipart.encode(fields, {"input_reference": (f"{line.name}.{suffix}", image, media_type)})
 
 
 def backoff(retry: int, retry_after: float | None) -> float:
@@ -85,7 +102,10 @@ class RemoteRunner:
             while waiting and len(in_flight) < self.max_in_flight and time.monotonic() >= hold_until:
                 line = waiting.popleft()
                 try:
-                    video = self._call("POST", "/v1/videos", create_body(line), retry_429=False)
+                    video = self._call("POST", "/v1/videos", create_request(line), retry_429=False)
+                except UserInputError as error:
+                    batch.finished(line, error=str(error))
+                    continue
                 except ApiFailure as error:
                     if error.status == 429:  # queue full: retry this line after Retry-After
                         full = full + 1 if not in_flight else 0
@@ -163,7 +183,7 @@ class RemoteRunner:
                                      f"or fix --endpoint") from None
             # Any HTTP answer means a server is there; an unhealthy one fails the jobs it refuses.
 
-    def _call(self, method: str, path: str, body: dict | None = None, raw: bool = False,
+    def _call(self, method: str, path: str, body: tuple[bytes, str] | None = None, raw: bool = False,
               retries: int = RETRIES, retry_429: bool = True):
         """The answer's JSON (bytes if raw); transient failures retried (see the module's doc)."""
         for retry in range(retries + 1):
@@ -174,12 +194,12 @@ class RemoteRunner:
                     raise
                 self.sleep(backoff(retry, error.retry_after))
 
-    def _once(self, method: str, path: str, body: dict | None, raw: bool):
+    def _once(self, method: str, path: str, body: tuple[bytes, str] | None, raw: bool):
+        """`body`: (bytes, Content-Type), as create_request builds it."""
         headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
         data = None
         if body is not None:
-            data = json.dumps(body).encode()
-            headers["Content-Type"] = "application/json"
+            data, headers["Content-Type"] = body
         request = urllib.request.Request(self.base + path, data=data, method=method, headers=headers)
         try:
             with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:

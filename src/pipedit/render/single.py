@@ -12,12 +12,15 @@ from ..config import EngineConfig
 from ..errors import UserInputError
 from ..request import RequestEvent, RequestStatus, VideoRequest
 from ..video import write_mp4
+from .inputs import config_checker, read_image_file
 
 
-def request_from_config(config: EngineConfig, prompt: str) -> VideoRequest:
+def request_from_config(config: EngineConfig, prompt: str, *, negative_prompt: str | None = None,
+                        image: bytes | None = None) -> VideoRequest:
     g = config.generation
     return VideoRequest(prompt=prompt, height=g.height, width=g.width, num_frames=g.num_frames,
-                        steps=g.steps, guidance_scale=g.guidance_scale, seed=g.seed)
+                        steps=g.steps, guidance_scale=g.guidance_scale, seed=g.seed,
+                        negative_prompt=negative_prompt, image=image)
 
 
 def _check_output(output: Path) -> None:
@@ -34,9 +37,14 @@ def _show(bar: tqdm, event: RequestEvent) -> None:
         bar.close()
 
 
-def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None) -> Path:
+def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None, *,
+                     negative_prompt: str | None = None, image_path: Path | None = None) -> Path:
+    """Everything the user gave is checked before any weights load: the output name, the image
+    file, the request, and what the model takes (its configs only)."""
     _check_output(output)
-    request = request_from_config(config, prompt)  # validates prompt and steps before loading anything
+    image = read_image_file(image_path, "--image") if image_path is not None else None
+    request = request_from_config(config, prompt, negative_prompt=negative_prompt, image=image)
+    config_checker(config)(request.shape, request.steps, request.negative_prompt, request.image is not None)
     from ..runtime.engine import Engine
 
     with Engine(config) as engine:
