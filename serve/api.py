@@ -16,14 +16,27 @@ from .errors import ApiError
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
                           is_loopback)
+from . import reference
 from .jobs import JobService
 from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
 _ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 429, 503)}
+
+
+def _create_schema(image: dict) -> dict:
+    """The create fields plus input_reference (read by the route, not by the schema)."""
+    schema = VideoCreateParams.model_json_schema()
+    schema["properties"]["input_reference"] = dict(image, description=(
+        "Image-to-video: the image the video starts from (png, jpeg or webp), for models that take one."))
+    return schema
+
+
+_DATA_URL = {"type": "string", "pattern": "^data:", "examples": ["data:image/png;base64,iVBORw0KGgo..."]}
 _CREATE_BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": VideoCreateParams.model_json_schema()},
-    "multipart/form-data": {"schema": VideoCreateParams.model_json_schema()},
+    "application/json": {"schema": _create_schema({"anyOf": [_DATA_URL, {
+        "type": "object", "properties": {"image_url": _DATA_URL}, "required": ["image_url"]}]})},
+    "multipart/form-data": {"schema": _create_schema({"type": "string", "format": "binary"})},
 }}}
 
 
@@ -33,14 +46,17 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *
     """The app over `service`. `api_keys`: accepted Bearer keys (none: no authentication; every
     caller sees every job); `admin_keys` (also in api_keys) see every key's jobs. `host`: the
     address the server is bound to (serve.host; default loopback): on loopback only loopback Host
-    names and `allowed_hosts` are answered. The body cap is service.limits.max_body_bytes."""
+    names and `allowed_hosts` are answered. The body cap is service.limits.max_body_bytes; a
+    multipart create's (it may upload an input_reference image) is max_upload_bytes."""
     if not set(admin_keys) <= set(api_keys):
         raise ValueError("admin_keys must also be api_keys")
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
                   default_response_class=SafeJSONResponse)
     install_error_handlers(app)
-    app.add_middleware(RequestGuard, max_body_bytes=getattr(service.limits, "max_body_bytes", 1 << 20),
-                       loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts))
+    limits = service.limits
+    app.add_middleware(RequestGuard, max_body_bytes=getattr(limits, "max_body_bytes", 1 << 20),
+                       loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts),
+                       max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",))
     auth = bearer_check(tuple(api_keys), tuple(admin_keys))
     app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
 
@@ -64,10 +80,11 @@ def _videos(service: JobService, auth) -> APIRouter:
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
     async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
-        params = VideoCreateParams.model_validate(await _body(request))
+        fields, image = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
+        params = VideoCreateParams.model_validate(fields)
         # The key goes to the service only when keys are configured (caller.client is its digest).
         key = bearer_token(request.headers) if caller.client is not None else None
-        return await run_in_threadpool(service.create, params, key)
+        return await run_in_threadpool(service.create, params, key, image)
 
     @router.get("", response_model=VideoList)
     def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None,
@@ -99,22 +116,46 @@ def _videos(service: JobService, auth) -> APIRouter:
 
 
 
-async def _body(request: Request) -> dict:
-    """JSON (application/json) or multipart/form-data fields (the strings are coerced by the
-    schema). Other content types get 415: text/plain and urlencoded bodies are what another web
-    page can make a browser send without asking this server first (CORS "simple" requests)."""
+async def _body(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None]:
+    """The create fields and the input_reference image's bytes (None without one), from JSON
+    (application/json) or multipart/form-data (the strings are coerced by the schema). Other
+    content types get 415: text/plain and urlencoded bodies are what another web page can make a
+    browser send without asking this server first (CORS "simple" requests)."""
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media == "multipart/form-data":
-        try:
-            form = await request.form()
-        except ValueError:  # e.g. a field that is not UTF-8
-            raise ApiError(400, "the multipart/form-data body cannot be read: send UTF-8 fields",
-                           code="invalid_body") from None
-        files = [key for key, value in form.items() if not isinstance(value, str)]
-        if files:  # e.g. OpenAI's input_reference image: silently dropping it would mislead
-            raise ApiError(400, f"file uploads ({', '.join(files)}) are not supported: this server "
-                           f"generates from text only", param=files[0], code="unsupported_parameter")
-        return dict(form.items())
+        return await _form(request, max_part_bytes)
+    body = await _json(request, media)
+    value = body.pop(reference.PARAM, None)  # an explicit null counts as not sent, as for every field
+    return body, None if value is None else reference.from_json(value)
+
+
+async def _form(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None]:
+    """`max_part_bytes`: the most one part may hold (a data URL field too); the whole body is
+    capped before this by RequestGuard (serve.max_upload_bytes)."""
+    try:
+        form = await request.form(max_part_size=max_part_bytes)
+    except ValueError:  # e.g. a field that is not UTF-8
+        raise ApiError(400, "the multipart/form-data body cannot be read: send UTF-8 fields",
+                       code="invalid_body") from None
+    try:
+        files = {key: value for key, value in form.multi_items() if not isinstance(value, str)}
+        fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}
+        others = [key for key in files if key != reference.PARAM]
+        if others:  # silently dropping a file would mislead
+            raise ApiError(400, f"file uploads other than {reference.PARAM} ({', '.join(others)}) are not taken",
+                           param=others[0], code="unsupported_parameter")
+        if len(form.getlist(reference.PARAM)) + sum(k in fields for k in reference.OBJECT_FIELDS) > 1:
+            raise ApiError(400, f"send one {reference.PARAM} image, not several", param=reference.PARAM,
+                           code="invalid_value")
+        image = await files[reference.PARAM].read() if reference.PARAM in files else None
+        if image is None:
+            image = reference.from_form_fields(fields)
+        return fields, image
+    finally:
+        await form.close()  # spooled upload files
+
+
+async def _json(request: Request, media: str) -> dict:
     if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
         raise ApiError(415, f"Content-Type {media or '(none)'} is not accepted: send the body as application/json "
                        f"(or multipart/form-data), with at least a prompt", param="Content-Type",

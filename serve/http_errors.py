@@ -190,10 +190,15 @@ class RequestGuard:
       Origin that is not this server's own (403 cross_site_request): another web page driving the
       API from the user's browser. Clients that are not browsers send neither header;
     - a body over max_body_bytes (413 body_too_large): at once by Content-Length, and for a chunked
-      body as soon as what arrived passes the cap (nothing more is read)."""
+      body as soon as what arrived passes the cap (nothing more is read). A multipart POST to an
+      upload route (`upload_paths`: a create, which may carry an input_reference image) is capped
+      at max_upload_bytes instead."""
 
-    def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = ()):
+    def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = (),
+                 max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = ()):
         self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
+        self.max_upload_bytes = max_body_bytes if max_upload_bytes is None else max_upload_bytes
+        self.upload_paths = {path.rstrip("/") for path in upload_paths}
         self.allowed = {_split_host(h)[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
         self.allowed_exact = {h.strip().lower() for h in allowed_hosts}
 
@@ -202,12 +207,24 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        cap = self._cap(scope, headers)
         refusal = (self._host_refusal(headers) or self._cross_site_refusal(scope["method"], headers)
-                   or self._length_refusal(headers))
+                   or self._length_refusal(headers, cap))
         if refusal is not None:
             await error_response(refusal)(scope, receive, send)
             return
-        await self.app(scope, self._capped(receive), send)
+        await self.app(scope, self._capped(receive, cap), send)
+
+    def _cap(self, scope: Scope, headers: Headers) -> tuple[int, str]:
+        """The body cap of this request and what the 413 says about it (the setting, a hint)."""
+        media = (headers.get("content-type") or "").partition(";")[0].strip().lower()
+        upload = scope["method"].upper() == "POST" and any(
+            scope["path"].rstrip("/").endswith(path) for path in self.upload_paths)
+        if upload and media == "multipart/form-data":
+            return self.max_upload_bytes, "(serve.max_upload_bytes)"
+        hint = (f"; an input_reference image may come as a multipart/form-data file part, up to "
+                f"{self.max_upload_bytes:,} bytes (serve.max_upload_bytes)") if upload else ""
+        return self.max_body_bytes, f"(serve.max_body_bytes){hint}"
 
     def _host_refusal(self, headers: Headers) -> ApiError | None:
         host = headers.get("host")
@@ -234,22 +251,23 @@ class RequestGuard:
                              f"web page or from clients that send no Origin (curl, the OpenAI SDK, scripts)",
                         param="Origin", type="permission_error", code="cross_site_request")
 
-    def _length_refusal(self, headers: Headers) -> ApiError | None:
+    def _length_refusal(self, headers: Headers, cap: tuple[int, str]) -> ApiError | None:
         length = headers.get("content-length")
         if length is None:
             return None
         if not length.strip().isdigit():
             return ApiError(400, f"Content-Length must be a number of bytes, got {length!r}", param="Content-Length",
                             code="invalid_body")
-        if int(length) > self.max_body_bytes:
-            return self._too_large(f"has {int(length):,} bytes")
+        if int(length) > cap[0]:
+            return self._too_large(f"has {int(length):,} bytes", cap)
         return None
 
-    def _too_large(self, what: str) -> ApiError:
-        return ApiError(413, f"the request body {what}; this server takes at most {self.max_body_bytes:,} bytes "
-                             f"(serve.max_body_bytes)", param="body", code="body_too_large")
+    def _too_large(self, what: str, cap: tuple[int, str]) -> ApiError:
+        limit, setting = cap
+        return ApiError(413, f"the request body {what}; this server takes at most {limit:,} bytes {setting}",
+                        param="body", code="body_too_large")
 
-    def _capped(self, receive: Receive) -> Receive:
+    def _capped(self, receive: Receive, cap: tuple[int, str]) -> Receive:
         seen = 0
 
         async def capped() -> Message:
@@ -257,8 +275,8 @@ class RequestGuard:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body_bytes:  # a chunked body: stop reading; the route answers 413
-                    raise self._too_large(f"passed {self.max_body_bytes:,} bytes before it ended")
+                if seen > cap[0]:  # a chunked body: stop reading; the route answers 413
+                    raise self._too_large(f"passed {cap[0]:,} bytes before it ended", cap)
             return message
 
         return capped

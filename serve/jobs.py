@@ -43,6 +43,7 @@ from pathlib import Path
 
 from pipedit.config import GenerationDefaults, ServeConfig
 from pipedit.errors import UserInputError
+from pipedit.images import IMAGE_FORMATS
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_core import EngineCore
 from pipedit.video import VideoWriteError, encode_mp4, publish
@@ -102,9 +103,10 @@ class JobService:
             thread.start()
 
     # -- the API --------------------------------------------------------------------------
-    def create(self, params: VideoCreateParams, api_key: str | None = None) -> Video:
-        """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full."""
-        settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate)
+    def create(self, params: VideoCreateParams, api_key: str | None = None, image: bytes | None = None) -> Video:
+        """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full.
+        `image`: the input_reference's encoded bytes (image-to-video), stored with the job."""
+        settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image)
         if not self.healthy():
             raise ApiError(503, "the server is shutting down; retry when /healthz is ok", type="server_error",
                            code="engine_unavailable")
@@ -113,7 +115,7 @@ class JobService:
             self.admission.check(client)
             record = JobRecord(id=f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
                                params=settings.to_json(), extras={"stage": "queued"}, client=client)
-            self.store.add(record)
+            self.store.add(record, image=image)
         self._wake.set()
         return self.view(record)
 
@@ -215,6 +217,14 @@ class JobService:
             "max_fps": limits.max_fps,
             "max_guidance_scale": limits.max_guidance_scale,
             "max_prompt_chars": limits.max_prompt_chars,
+            # What a request may carry besides its prompt (the page shows the fields for these).
+            "takes_negative_prompt": bool(getattr(model, "takes_negative_prompt", False)),
+            "takes_image": bool(getattr(model, "takes_image", False)),
+            "needs_image": bool(getattr(model, "needs_image", False)),
+            "takes_guidance_scale_2": bool(getattr(model, "takes_guidance_scale_2", False)),
+            "image_formats": list(IMAGE_FORMATS.values()),
+            "max_image_pixels": limits.max_image_pixels,
+            "max_upload_bytes": limits.max_upload_bytes,
         }
 
     def healthy(self) -> bool:
@@ -314,12 +324,8 @@ class JobService:
                            f"the job ran {record.attempt - 1} times without finishing (serve.max_attempts is "
                            f"{self.max_attempts}); the last run ended because {cause}")
                 continue
-            p = record.params
             try:
-                request = VideoRequest(
-                    p["prompt"], height=p["height"], width=p["width"], num_frames=p["num_frames"],
-                    steps=p["num_inference_steps"], guidance_scale=p["guidance_scale"], seed=p["seed"],
-                    request_id=record.id, cache=p.get("cache"))  # rows from before caching: the default
+                request = self._request_of(record)
             except (UserInputError, ValueError, TypeError, KeyError) as error:  # would fail on every run
                 self._fail(record, record.attempt, "invalid_request", f"the request cannot run: {error}")
                 continue
@@ -334,6 +340,21 @@ class JobService:
                     self._claimed_at.pop(record.id, None)
                 self._requeue(record.id, record.attempt, {"stage": "queued"})
                 return
+
+    def _request_of(self, record: JobRecord) -> VideoRequest:
+        """The engine request of a stored job (on every attempt, also after a restart: the
+        input_reference image comes from the store)."""
+        p = record.params
+        image = None
+        if p.get("image"):
+            image = self.store.image(record.id)
+            if image is None:
+                raise ValueError("its input_reference image is missing from the job store")
+        return VideoRequest(
+            p["prompt"], height=p["height"], width=p["width"], num_frames=p["num_frames"],
+            steps=p["num_inference_steps"], guidance_scale=p["guidance_scale"], seed=p["seed"],
+            request_id=record.id, cache=p.get("cache"),  # rows from before caching: the default
+            negative_prompt=p.get("negative_prompt"), image=image, guidance_scale_2=p.get("guidance_scale_2"))
 
     # -- engine side ----------------------------------------------------------------------
     def _on_event(self, event: RequestEvent) -> None:

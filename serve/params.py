@@ -9,11 +9,12 @@ import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
-from pipedit.adapter import VideoShape
+from pipedit.adapter import UnsupportedInputError, VideoShape, check_inputs
 from pipedit.config import GenerationDefaults
 from pipedit.errors import UserInputError
 
 from .errors import ApiError, invalid
+from .reference import check_image
 from .schemas import VideoCreateParams
 
 ShapeValidator = Callable[[VideoShape, int], None]  # raises UserInputError naming what is allowed
@@ -28,7 +29,8 @@ class ServiceLimits:
     max_cost: int = 1280 * 720 * 129 * 50  # height x width x num_frames x steps of one request
     max_pixels: int = 1280 * 720 * 129  # height x width x num_frames of one request (memory, whatever the steps)
     max_body_bytes: int = 1 << 20  # request body of a JSON (or form) route; 413 above
-    max_upload_bytes: int = 20 << 20  # request body of a route that takes an upload (none yet)
+    max_upload_bytes: int = 20 << 20  # multipart body of a create (it may upload an input_reference image); 413 above
+    max_image_pixels: int = 4096 * 4096  # decoded width x height of an input_reference image; 400 above
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key on a replica (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
@@ -54,33 +56,65 @@ class JobSettings:
     seed: int
     seconds: str
     cache: str = "none"  # the effective step cache (the request's, else the server's default)
+    negative_prompt: str | None = None  # None: the model's default (models with classifier-free guidance)
+    image: dict | None = None  # the input_reference's format, width, height, bytes (the bytes: JobStore.image)
+    guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
 
     def to_json(self) -> dict:
         return asdict(self)
 
 
 def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefaults, limits: ServiceLimits,
-            validate: ShapeValidator | None = None) -> JobSettings:
+            validate: ShapeValidator | None = None, image: bytes | None = None) -> JobSettings:
+    """`image`: the input_reference's bytes, when the request has one."""
     given = params.given()
     _check_text(given)
     _check_model(given.get("model"), model_name)
     prompt = _check_prompt(params.prompt, limits)
-    if given.get("negative_prompt", "").strip():
-        raise invalid(f"negative_prompt is not supported by {model_name} (it uses embedded guidance); "
-                      f"leave it out", "negative_prompt", "unsupported_parameter")
+    guidance = _guidance(given.get("guidance_scale", defaults.guidance_scale), "guidance_scale", limits)
+    guidance_2 = given.get("guidance_scale_2")
+    guidance_2 = None if guidance_2 is None else _guidance(guidance_2, "guidance_scale_2", limits)
+    negative = _check_inputs(getattr(validate, "__self__", None), given.get("negative_prompt"), image, limits,
+                             guidance, guidance_2)
+    image_info = check_image(image, limits.max_image_pixels) if image is not None else None
     width, height = _size(given["size"], limits) if "size" in given else (defaults.width, defaults.height)
     fps = _bounded_int(given.get("fps", defaults.fps), "fps", 1, limits.max_fps)
     frames, seconds = _frames(given, fps, defaults, limits)
     steps = _bounded_int(given.get("num_inference_steps", defaults.steps), "num_inference_steps", 1, limits.max_steps)
-    guidance = float(given.get("guidance_scale", defaults.guidance_scale))
-    if not 0.0 <= guidance <= limits.max_guidance_scale:
-        raise invalid(f"guidance_scale must be between 0 and {limits.max_guidance_scale}, got {guidance}",
-                      "guidance_scale")
     seed = _bounded_int(given.get("seed", defaults.seed), "seed", 0, 2**63 - 1)
     _check_cost(width, height, frames, steps, limits)
     _check_shape(validate, VideoShape(height, width, frames), steps)
     return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds,
-                       _cache(given.get("cache", defaults.cache), validate))
+                       _cache(given.get("cache", defaults.cache), validate), negative, image_info, guidance_2)
+
+
+def _guidance(value, name: str, limits: ServiceLimits) -> float:
+    guidance = float(value)
+    if not 0.0 <= guidance <= limits.max_guidance_scale:
+        raise invalid(f"{name} must be between 0 and {limits.max_guidance_scale}, got {guidance}", name)
+    return guidance
+
+
+def _check_inputs(adapter, negative_prompt: str | None, image: bytes | None, limits: ServiceLimits,
+                  guidance: float, guidance_2: float | None) -> str | None:
+    """What the served model takes besides the prompt (its adapter's takes_negative_prompt,
+    takes_image, needs_image, takes_guidance_scale_2; no adapter known: none of them); returns
+    the negative prompt to run with."""
+    try:
+        check_inputs(adapter, negative_prompt=negative_prompt, has_image=image is not None,
+                     guidance_scale_2=guidance_2, guidance_scale=guidance)
+    except UnsupportedInputError as error:
+        param = "input_reference" if error.param == "image" else error.param
+        missing = param == "input_reference" and image is None
+        taken = param == "guidance_scale_2" and getattr(adapter, "takes_guidance_scale_2", False)  # a bad value
+        code = "missing_required_parameter" if missing else "invalid_value" if taken else "unsupported_parameter"
+        raise invalid(f"{error}{' as input_reference' if missing else ''}", param, code) from None
+    if negative_prompt is None or not getattr(adapter, "takes_negative_prompt", False):
+        return None  # a blank one for a model without a negative branch: nothing to run with
+    if len(negative_prompt) > limits.max_prompt_chars:
+        raise invalid(f"negative_prompt has {len(negative_prompt)} characters; at most {limits.max_prompt_chars} "
+                      f"are allowed", "negative_prompt", "prompt_too_long")
+    return negative_prompt
 
 
 def _cache(value, validate: ShapeValidator | None) -> str:

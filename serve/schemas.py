@@ -26,7 +26,11 @@ class VideoCreateParams(BaseModel):
     fps: Optional[int] = Field(None, description="Frames per second of the mp4.")
     num_inference_steps: Optional[int] = Field(None, description="Denoising steps.")
     guidance_scale: Optional[float] = Field(None, description="Classifier-free / embedded guidance.")
-    negative_prompt: Optional[str] = Field(None, description="Not supported by HunyuanVideo; must be empty.")
+    guidance_scale_2: Optional[float] = Field(None, description="Two-expert models (Wan2.2 A14B): the low-noise "
+                                                                "expert's guidance scale; defaults to guidance_scale.")
+    negative_prompt: Optional[str] = Field(
+        None, description="What to steer away from, for models with classifier-free guidance (Wan, OpenSoraPlan); "
+                          "HunyuanVideo: must be empty.")
     seed: Optional[int] = Field(None, description="Seed of the initial noise.")
     cache: Optional[str] = Field(None, description="Step caching: none, fbcache:T or teacache:T; defaults to the "
                                                    "server's generation.cache.")
@@ -41,6 +45,15 @@ class VideoError(BaseModel):
     message: str
 
 
+class ImageInfo(BaseModel):
+    """The job's input_reference image, as it was uploaded (the model resizes it to the video)."""
+
+    format: str
+    width: int
+    height: int
+    bytes: int
+
+
 class PipeditExtras(BaseModel):
     stage: str = Field(description="queued, encoding, denoising, decoding, writing, done, failed, cancelled")
     step: int = 0
@@ -52,6 +65,9 @@ class PipeditExtras(BaseModel):
     num_inference_steps: int
     guidance_scale: float
     cache: Optional[str] = Field(None, description="The step cache the job runs with (none, fbcache:T, teacache:T).")
+    negative_prompt: Optional[str] = Field(None, description="The negative prompt given; null: the model's default.")
+    guidance_scale_2: Optional[float] = Field(None, description="The low-noise expert's; null: guidance_scale.")
+    input_reference: Optional[ImageInfo] = Field(None, description="The image the video starts from (image-to-video).")
     timings: dict[str, float] = Field(
         default_factory=dict, description="Seconds per phase; with a step cache also cache_computed and cache_skipped "
                                           "(transformer evaluations run and skipped).")

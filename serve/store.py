@@ -14,6 +14,10 @@ unfinished: a late result from a presumed-dead owner changes nothing, so each jo
 final status exactly once.
 
 Invariant: rows are ordered by (created_at, id); pagination and queue positions rely on it.
+
+Images (image-to-video): a job's input_reference bytes live in `job_images`, a table of their
+own, so that listing and claiming jobs never reads them; they are added and deleted in the same
+transaction as their job's row, so a job never exists without its image nor an image without its job.
 """
 
 from __future__ import annotations
@@ -24,8 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import (JSON, Column, Float, Integer, MetaData, String, Table, and_, create_engine, delete,
-                        event, func, insert, inspect, or_, select, text, update)
+from sqlalchemy import (JSON, Column, Float, Integer, LargeBinary, MetaData, String, Table, and_, create_engine,
+                        delete, event, func, insert, inspect, or_, select, text, update)
 
 UNFINISHED = ("queued", "in_progress")
 FINAL = ("completed", "failed", "cancelled")
@@ -52,6 +56,12 @@ jobs = Table(
     Column("client", String(64), nullable=True, index=True),
 )
 _COLUMNS = tuple(c.name for c in jobs.columns)
+# The input_reference image of a job that has one (its encoded file bytes, as uploaded).
+job_images = Table(
+    "job_images", _metadata,
+    Column("id", String(64), primary_key=True),  # the job's id
+    Column("data", LargeBinary, nullable=False),
+)
 
 
 @dataclass
@@ -115,10 +125,13 @@ class JobStore:
         self._engine.dispose()
 
     # -- writes ---------------------------------------------------------------------------
-    def add(self, record: JobRecord) -> None:
+    def add(self, record: JobRecord, image: bytes | None = None) -> None:
+        """`image`: the job's input_reference bytes, stored with the row (see `image`)."""
         values = {name: getattr(record, name) for name in _COLUMNS}
         with self._write, self._engine.begin() as conn:
             conn.execute(insert(jobs).values(**values))
+            if image is not None:
+                conn.execute(insert(job_images).values(id=record.id, data=bytes(image)))
 
     def update(self, job_id: str, **fields: Any) -> bool:
         """False if the job is gone (deleted meanwhile)."""
@@ -144,7 +157,9 @@ class JobStore:
         return [row.id for row in rows if _finish_time(row.created_at, row.completed_at, row.extras) < before]
 
     def delete(self, job_id: str) -> bool:
+        """Removes the job's row and its image."""
         with self._write, self._engine.begin() as conn:
+            conn.execute(delete(job_images).where(job_images.c.id == job_id))
             return conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount > 0
 
     # -- ownership ------------------------------------------------------------------------
@@ -194,6 +209,12 @@ class JobStore:
         with self._engine.connect() as conn:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()
         return _record(row) if row is not None else None
+
+    def image(self, job_id: str) -> bytes | None:
+        """The job's input_reference bytes; None when it has none (or is gone)."""
+        with self._engine.connect() as conn:
+            data = conn.execute(select(job_images.c.data).where(job_images.c.id == job_id)).scalar_one_or_none()
+        return None if data is None else bytes(data)
 
     def list(self, limit: int = 20, order: str = "desc", after: str | None = None, *,
              client: str | None = None) -> tuple[list[JobRecord], bool]:

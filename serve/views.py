@@ -94,5 +94,7 @@ def _to_video(record: JobRecord, model_name: str, queue_position: int | None, re
             queue_position=queue_position, seed=params["seed"], num_frames=params["num_frames"],
             fps=params["fps"], num_inference_steps=params["num_inference_steps"],
             guidance_scale=params["guidance_scale"], cache=params.get("cache"), timings=extras.get("timings", {}),
+            negative_prompt=params.get("negative_prompt"), input_reference=params.get("image"),
+            guidance_scale_2=params.get("guidance_scale_2"),
         ),
     )

@@ -29,11 +29,14 @@ function apiKey() {
 }
 
 // -- HTTP -----------------------------------------------------------------------------------
+// `body`: an object (sent as JSON) or FormData (multipart: the browser writes its boundary).
 async function api(method, path, body) {
   const headers = {};
-  if (body !== undefined) headers["Content-Type"] = "application/json";
+  const form = body instanceof FormData;
+  if (body !== undefined && !form) headers["Content-Type"] = "application/json";
   if (apiKey()) headers["Authorization"] = `Bearer ${apiKey()}`;
-  const reply = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
+  const sent = body === undefined || form ? body : JSON.stringify(body);
+  const reply = await fetch(path, { method, headers, body: sent });
   const data = await reply.json().catch(() => ({}));
   if (!reply.ok) {
     const error = new Error((data.error && data.error.message) || `${method} ${path}: HTTP ${reply.status}`);
@@ -65,6 +68,49 @@ function fillForm(opts) {
   $("prompt").maxLength = opts.max_prompt_chars;
   $("key-field").hidden = !opts.api_key_required;
   $("api-key").value = localStorage.getItem(API_KEY) || "";
+  // What the model takes besides the prompt: a negative prompt (classifier-free guidance), a start image.
+  $("negative-field").hidden = !opts.takes_negative_prompt;
+  $("negative_prompt").maxLength = opts.max_prompt_chars;
+  $("image-field").hidden = !opts.takes_image;
+  $("image").required = Boolean(opts.needs_image);
+  $("mode").textContent = opts.needs_image ? "Image" : opts.takes_image ? "Text or image" : "Text";
+  $("image-hint").textContent = `${(opts.image_formats || []).join(", ")}; up to ` +
+    `${(opts.max_image_pixels || 0).toLocaleString("en")} pixels` + (opts.needs_image ? "; required" : "; optional");
+}
+
+// -- the start image ------------------------------------------------------------------------
+const IMAGE_TYPES = { png: "image/png", jpeg: "image/jpeg", webp: "image/webp" };
+
+function chosenImage() {
+  return $("image-field").hidden ? null : $("image").files[0] || null;
+}
+
+function pickImage() {
+  const file = $("image").files[0];
+  const allowed = ((options && options.image_formats) || []).map((name) => IMAGE_TYPES[name]);
+  let problem = "";
+  if (file && !allowed.includes(file.type)) problem = `The start image must be ${options.image_formats.join(", ")}.`;
+  else if (file && options && file.size > options.max_upload_bytes) {
+    problem = `The start image has ${file.size.toLocaleString("en")} bytes; the server takes at most ` +
+      `${options.max_upload_bytes.toLocaleString("en")}.`;
+  }
+  $("image").setCustomValidity(problem);
+  $("form-error").textContent = problem;
+  showPreview(file && !problem ? file : null);
+}
+
+function showPreview(file) {
+  const preview = $("image-preview");
+  if (preview.src.startsWith("blob:")) URL.revokeObjectURL(preview.src);
+  if (file) preview.src = URL.createObjectURL(file);
+  else preview.removeAttribute("src");
+  preview.hidden = !file;
+  $("clear-image").hidden = !$("image").files.length;
+}
+
+function clearImage() {
+  $("image").value = "";
+  pickImage();
 }
 
 async function submit(event) {
@@ -81,9 +127,11 @@ async function submit(event) {
     num_inference_steps: Number($("steps").value),
     seed: Number($("seed").value),
   };
+  if (!$("negative-field").hidden && $("negative_prompt").value.trim()) body.negative_prompt = $("negative_prompt").value;
+  const image = chosenImage();
   $("generate").disabled = true;
   try {
-    const video = await api("POST", "/v1/videos", body);
+    const video = await api("POST", "/v1/videos", image ? asForm(body, image) : body);
     update(video);
     follow(video.id);
   } catch (error) {
@@ -91,6 +139,14 @@ async function submit(event) {
   } finally {
     $("generate").disabled = false;
   }
+}
+
+// The create as multipart/form-data, as OpenAI's SDK sends an input_reference file.
+function asForm(body, image) {
+  const form = new FormData();
+  for (const [name, value] of Object.entries(body)) form.append(name, String(value));
+  form.append("input_reference", image, image.name);
+  return form;
 }
 
 // -- following a job ------------------------------------------------------------------------
@@ -182,7 +238,7 @@ function update(video) {
   const job = Object.assign(jobs.get(video.id) || {}, {
     id: video.id, prompt: video.prompt, size: video.size, status: video.status, progress: video.progress,
     stage: x.stage, step: x.step, total_steps: x.total_steps, queue_position: x.queue_position,
-    seed: x.seed, num_frames: x.num_frames, fps: x.fps, created_at: video.created_at,
+    seed: x.seed, num_frames: x.num_frames, fps: x.fps, created_at: video.created_at, image: x.input_reference || null,
     error: video.error ? video.error.message : null, note: null, gone: false,
   });
   jobs.set(video.id, job);
@@ -226,8 +282,9 @@ function render(job) {
   item.dataset.status = status;
   item.querySelector(".job-prompt").textContent = job.prompt;
   item.querySelector(".badge").textContent = status.replace("_", " ");
+  const image = job.image ? ` · from a ${job.image.width}x${job.image.height} ${job.image.format} image` : "";
   item.querySelector(".job-meta").textContent =
-    `${job.size} · ${job.num_frames} frames · ${job.total_steps} steps · seed ${job.seed} · ${job.id}`;
+    `${job.size} · ${job.num_frames} frames · ${job.total_steps} steps · seed ${job.seed}${image} · ${job.id}`;
   const bar = item.querySelector(".job-progress");
   bar.value = job.progress || 0;
   bar.setAttribute("aria-label", `Progress of "${job.prompt}"`);
@@ -287,6 +344,8 @@ function remove(id) {
 async function start() {
   $("create-form").addEventListener("submit", submit);
   $("random-seed").addEventListener("click", () => { $("seed").value = Math.floor(Math.random() * 2 ** 31); });
+  $("image").addEventListener("change", pickImage);
+  $("clear-image").addEventListener("click", clearImage);
   $("api-key").addEventListener("change", () => {
     localStorage.setItem(API_KEY, $("api-key").value.trim());
     for (const job of jobs.values()) if (!FINAL.has(job.status) && !job.gone) follow(job.id);

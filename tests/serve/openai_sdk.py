@@ -29,10 +29,12 @@ def sdk_folder(name: str) -> Path:
     return folder
 
 
-def run_client(name: str, base_url: str, out_dir: Path, timeout: float = 150) -> dict:
-    """Runs sdk_client.py against the server with that SDK; returns the JSON it prints."""
+def run_client(name: str, base_url: str, out_dir: Path, timeout: float = 150, client: Path = CLIENT,
+               args: tuple = ()) -> dict:
+    """Runs `client` (sdk_client.py) against the server with that SDK, with BASE_URL OUT_DIR and
+    `args`; returns the JSON it prints."""
     env = dict(os.environ, PYTHONPATH=str(sdk_folder(name)))
-    result = subprocess.run([sys.executable, str(CLIENT), base_url, str(out_dir)], env=env,
+    result = subprocess.run([sys.executable, str(client), base_url, str(out_dir), *map(str, args)], env=env,
                             capture_output=True, text=True, timeout=timeout)
     assert result.returncode == 0, f"{name} client failed:\n{result.stdout}\n{result.stderr}"
     return json.loads(result.stdout.strip().splitlines()[-1])

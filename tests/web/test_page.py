@@ -36,3 +36,4 @@ def test_options_name_the_model_defaults_and_allowed_values(server):
     assert all((n - 1) % 4 == 0 for n in options["frame_counts"])
     assert options["max_steps"] == 100
     assert options["api_key_required"] is False
+    assert (options["takes_image"], options["needs_image"], options["takes_negative_prompt"]) == (False, False, False)

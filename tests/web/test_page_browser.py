@@ -16,6 +16,9 @@ def test_generate_watch_play_then_cancel_and_reload(server, browser, tmp_path):
     open_page(browser, server.url)
     assert browser.find_element("id", "model-name").text == "hunyuan-demo"
     assert "5 · 0.21 s" in browser.find_element("id", "num_frames").text
+    # HunyuanVideo takes neither a start image nor a negative prompt: the page offers neither.
+    assert browser.find_element("id", "mode").text == "Text"
+    assert not any(browser.find_element("id", name).is_displayed() for name in ("image", "negative_prompt"))
     browser.execute_script(WATCH)
 
     generate(browser, "a lighthouse at dusk", 64, 64, 5, 12, 7)
