@@ -43,13 +43,13 @@ from pathlib import Path
 
 from pipedit.config import GenerationDefaults, ServeConfig
 from pipedit.errors import UserInputError
-from pipedit.images import IMAGE_FORMATS
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_core import EngineCore
 from pipedit.video import VideoWriteError, encode_mp4, publish
 
 from .admission import Admission, client_of
 from .errors import ApiError, not_found
+from .options import create_options
 from .params import ServiceLimits, ShapeValidator, resolve
 from .schemas import Video, VideoCreateParams, VideoDeleted, VideoList
 from .store import UNFINISHED, JobRecord, JobStore
@@ -203,29 +203,7 @@ class JobService:
     def options(self) -> dict:
         """What a create request may ask for: the model, its defaults and the allowed values."""
         model = getattr(self._validate, "__self__", None)  # the adapter, when validate is its method
-        d, limits = self.defaults, self.limits
-        return {
-            "model": self.model_name,
-            "defaults": {"width": d.width, "height": d.height, "num_frames": d.num_frames, "fps": d.fps,
-                         "num_inference_steps": d.steps, "guidance_scale": d.guidance_scale, "seed": d.seed},
-            "size_multiple": int(getattr(model, "size_multiple", 1)),
-            "max_side": limits.max_side,
-            "frame_counts": list(range(1, limits.max_frames + 1, int(getattr(model, "temporal_ratio", 1)))),
-            "max_frames": limits.max_frames,
-            "max_steps": limits.max_steps,
-            "max_cost": limits.max_cost,
-            "max_fps": limits.max_fps,
-            "max_guidance_scale": limits.max_guidance_scale,
-            "max_prompt_chars": limits.max_prompt_chars,
-            # What a request may carry besides its prompt (the page shows the fields for these).
-            "takes_negative_prompt": bool(getattr(model, "takes_negative_prompt", False)),
-            "takes_image": bool(getattr(model, "takes_image", False)),
-            "needs_image": bool(getattr(model, "needs_image", False)),
-            "takes_guidance_scale_2": bool(getattr(model, "takes_guidance_scale_2", False)),
-            "image_formats": list(IMAGE_FORMATS.values()),
-            "max_image_pixels": limits.max_image_pixels,
-            "max_upload_bytes": limits.max_upload_bytes,
-        }
+        return create_options(self.model_name, model, self.defaults, self.limits)
 
     def healthy(self) -> bool:
         """Whether the engine can take work."""

@@ -72,7 +72,7 @@ def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefa
     _check_model(given.get("model"), model_name)
     prompt = _check_prompt(params.prompt, limits)
     guidance = _guidance(given.get("guidance_scale", defaults.guidance_scale), "guidance_scale", limits)
-    guidance_2 = given.get("guidance_scale_2")
+    guidance_2 = given.get("guidance_scale_2", defaults.guidance_scale_2)
     guidance_2 = None if guidance_2 is None else _guidance(guidance_2, "guidance_scale_2", limits)
     negative = _check_inputs(getattr(validate, "__self__", None), given.get("negative_prompt"), image, limits,
                              guidance, guidance_2)

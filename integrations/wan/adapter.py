@@ -241,6 +241,15 @@ class WanAdapter:
 
         return [enable_sequence_parallel(expert, ctx, strategy) for expert in self.experts][0]
 
+    def cache_blocks(self):
+        """The transformer's blocks as the step cache sees them (pipedit.cache). Two experts are
+        refused: a residual cached on one expert says nothing about the other's."""
+        from .cache_blocks import cache_blocks
+
+        if self.layout.two_experts:
+            raise InvalidRequestError("step caching is not available for two-expert Wan2.2 checkpoints; use cache none")
+        return cache_blocks(self.transformer)
+
     # -- denoising -------------------------------------------------------------------------
     def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
         frames = (shape.num_frames - 1) // self.temporal_ratio + 1

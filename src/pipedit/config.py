@@ -148,6 +148,7 @@ class GenerationDefaults:
     num_frames: int = 17
     steps: int = 10
     guidance_scale: float = 6.0
+    guidance_scale_2: float | None = None  # two-expert Wan2.2: the low-noise expert's scale; None: guidance_scale
     seed: int = 0
     fps: int = 24
     # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md).
@@ -158,6 +159,9 @@ class GenerationDefaults:
         from .cache.spec import parse_cache
 
         object.__setattr__(self, "cache", str(parse_cache(self.cache)))
+        scale_2 = self.guidance_scale_2
+        if scale_2 is not None and (isinstance(scale_2, bool) or not isinstance(scale_2, (int, float)) or scale_2 < 0):
+            raise UserInputError(f"generation.guidance_scale_2 must be a number >= 0 or null, got {scale_2!r}")
 
     @property
     def cache_spec(self):

@@ -19,6 +19,14 @@ def allowed_formats() -> str:
     return f"{', '.join(first)} or {last}"
 
 
+def placeholder_for(request, needs_image: bool):
+    """pipedit's own requests (calibration, benchmarks): to a model that needs an image, with the
+    placeholder image; otherwise unchanged."""
+    from dataclasses import replace
+
+    return replace(request, image=placeholder_image()) if needs_image and request.image is None else request
+
+
 def placeholder_image(width: int = 64, height: int = 64) -> bytes:
     """A mid-gray png: the image of pipedit's own requests (calibration, benchmarks) to a model
     that needs one (image-to-video)."""

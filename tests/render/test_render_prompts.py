@@ -23,6 +23,17 @@ def test_jsonl_lines_resolve_over_defaults_and_skip_comments(tmp_path):
     assert second.settings["seed"] == 7  # the run's seed for lines without one
 
 
+def test_guidance_scale_2_comes_from_the_line_or_the_defaults_and_only_then(tmp_path):
+    from dataclasses import replace
+
+    path = write_jsonl(tmp_path / "p.jsonl", [{"prompt": "a"}, {"prompt": "b", "guidance_scale_2": 2}])
+    plain, given = read_lines(path, DEFAULTS, "m")
+    assert "guidance_scale_2" not in plain.settings and given.settings["guidance_scale_2"] == 2.0
+    defaulted, overridden = read_lines(path, replace(DEFAULTS, guidance_scale_2=3.0), "m")
+    assert (defaulted.settings["guidance_scale_2"], overridden.settings["guidance_scale_2"]) == (3.0, 2.0)
+    assert given.key != plain.key
+
+
 def test_plain_text_detected_by_content(tmp_path):
     path = tmp_path / "prompts"
     path.write_text("# title\n\na cat on a sofa\n../../etc/passwd\n")
@@ -41,6 +52,7 @@ def test_plain_text_detected_by_content(tmp_path):
     ({"prompt": "x", "name": "../escape"}, "is not allowed"),
     ({"prompt": "x", "negative_prompt": 3}, "negative_prompt must be a string"),
     ({"prompt": "x", "image": ["a.png"]}, "image must be a file path"),
+    ({"prompt": "x", "guidance_scale_2": "3"}, "guidance_scale_2 must be a number"),
     ({"prompt": "x", "image": "missing.png"}, "missing.png does not exist"),
 ])
 def test_a_bad_line_fails_alone_with_its_error(tmp_path, line, fragment):

@@ -50,3 +50,27 @@ def test_parallel_latents_equal_diffusers(ray_session, checkpoint, diffusers_lat
     scale = diffusers_latents.abs().max().item()
     assert scale > 0.1
     assert (latents - diffusers_latents).abs().max().item() <= 1e-4 * scale
+
+
+CACHED = Case(CASE.prompt, height=48, width=80, frames=9, steps=8, seed=11)
+
+
+def test_cached_ulysses_run_equals_the_cached_one_rank_run(ray_session, checkpoint, tmp_path):
+    """fbcache:0.1 on Ulysses 2 (the first block's input cut by the shard plan's pre-hook before
+    the cache sees it; decisions agreed over both ranks) against the same cache on one rank. On
+    this request the one-rank distances are 0.072, 0.081, 0.104, 0.063, 0.095, 0.090, 0.144: the
+    nearest sits 3.8% from the threshold, far beyond float reordering, and steps are both skipped
+    and computed. A flipped decision moves the latents by ~1e-2, so the 1e-4 bound catches it."""
+    from pipedit.config import EngineConfig, ModelConfig
+    from pipedit.request import VideoRequest
+    from pipedit.runtime.engine import Engine
+
+    request = VideoRequest(CACHED.prompt, height=CACHED.height, width=CACHED.width, num_frames=CACHED.frames,
+                           steps=CACHED.steps, seed=CACHED.seed, guidance_scale=GUIDANCE, cache="fbcache:0.1")
+    with Engine(EngineConfig(model=ModelConfig(path=str(checkpoint)))) as engine:
+        one_rank = engine.generate(request)
+    assert 0 < one_rank.timings["cache_skipped"] < CACHED.steps
+    latents = generated_latents(checkpoint, tmp_path, CACHED, ["--ulysses", "2", "--cache", "fbcache:0.1",
+                                                               "--guidance-scale", str(GUIDANCE)])
+    scale = one_rank.latents.abs().max().item()
+    assert (latents - one_rank.latents).abs().max().item() <= 1e-4 * scale

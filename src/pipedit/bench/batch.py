@@ -8,16 +8,20 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from ..images import placeholder_for
 from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 
 PROMPTS = ["a red fox running through fresh snow", "a lighthouse at dusk, waves", "a city street in the rain at night",
            "a hot air balloon over green hills", "a cat chasing a butterfly", "ocean waves on black sand"]
 
 
-def batch_requests(height: int, width: int, num_frames: int, steps: int, count: int) -> list[VideoRequest]:
-    """`count` different prompts (cycling through PROMPTS) of one shape, seeds 0..count-1."""
-    return [VideoRequest(PROMPTS[i % len(PROMPTS)], height=height, width=width, num_frames=num_frames,
-                         steps=steps, seed=i) for i in range(count)]
+def batch_requests(height: int, width: int, num_frames: int, steps: int, count: int,
+                   needs_image: bool = False) -> list[VideoRequest]:
+    """`count` different prompts (cycling through PROMPTS) of one shape, seeds 0..count-1; with
+    the placeholder image for a model that needs one (image-to-video)."""
+    return [placeholder_for(VideoRequest(PROMPTS[i % len(PROMPTS)], height=height, width=width,
+                                         num_frames=num_frames, steps=steps, seed=i), needs_image)
+            for i in range(count)]
 
 
 @dataclass

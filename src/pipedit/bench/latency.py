@@ -133,7 +133,8 @@ def _run_method(config: EngineConfig, method: str, settings: LatencySettings, ce
 
 def _run_cell(engine, method: str, cell: Cell, prompts: int, offload: bool, world: int) -> dict:
     ex = engine.executor
-    warmup = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, min(cell.steps, WARMUP_STEPS), 1))
+    warmup = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, min(cell.steps, WARMUP_STEPS), 1,
+                                                engine.needs_image))
     if warmup.failures:
         raise RuntimeError(f"{method} {cell.label}: the warm-up request failed: {warmup.failures[0].message}")
     for rank in range(world):
@@ -144,7 +145,8 @@ def _run_cell(engine, method: str, cell: Cell, prompts: int, offload: bool, worl
         tqdm.write(f"  {method} {cell.label}: request {done}/{prompts} done at {seconds:.2f} s "
                    f"(denoise {t['denoise_s']:.2f} s, decode {t['decode_s']:.2f} s)", file=sys.stderr)
 
-    run = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, cell.steps, prompts), show)
+    run = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, cell.steps, prompts,
+                                         engine.needs_image), show)
     peaks = [ex.call_rank(rank, "peak_memory") for rank in range(world)]
     return _cell_figures(engine, method, cell, prompts, run, peaks, offload, ex.call_rank(0, "pipesp_chunk"))
 

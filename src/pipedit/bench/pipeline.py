@@ -29,8 +29,8 @@ class ModeFigures:
         return len(self.latencies_s) / self.total_s
 
 
-def _requests(template: VideoRequest, count: int) -> list[VideoRequest]:
-    return batch_requests(template.height, template.width, template.num_frames, template.steps, count)
+def _requests(template: VideoRequest, count: int, needs_image: bool) -> list[VideoRequest]:
+    return batch_requests(template.height, template.width, template.num_frames, template.steps, count, needs_image)
 
 
 def _run_mode(engine, name: str, requests: list[VideoRequest], **options) -> ModeFigures:
@@ -49,8 +49,8 @@ def bench_pipeline(config: EngineConfig, template: VideoRequest, prompts: int, r
     if config.parallel.decode_ranks == 0:
         raise UserInputError("bench pipeline needs decode ranks: --decode-ranks N (or auto with --ranks)")
     with Engine(config) as engine:
-        list(engine.generate_many(_requests(template, 1)))  # warm-up; settles Aco auto for this shape
-        requests = _requests(template, prompts)
+        list(engine.generate_many(_requests(template, 1, engine.needs_image)))  # warm-up; settles Aco auto for this shape
+        requests = _requests(template, prompts, engine.needs_image)
         modes = {"sequential": dict(pipelined=False, aco="off"), "dedivae": dict(pipelined=True, aco="off"),
                  f"dedivae+aco({engine.parallel.aco})": dict(pipelined=True)}
         runs: dict[str, list[ModeFigures]] = {name: [] for name in modes}

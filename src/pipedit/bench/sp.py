@@ -13,6 +13,7 @@ from ..attention.registry import get_attention_strategy
 from ..config import EngineConfig, ParallelConfig
 from ..distributed.context import ParallelContext
 from ..distributed.spawn import run_on_gloo_ranks
+from ..images import placeholder_for
 from ..request import VideoRequest
 
 
@@ -48,6 +49,7 @@ def _measure(config: EngineConfig, request: VideoRequest, chunks: list[int] | No
     from ..runtime.engine import Engine
 
     with Engine(config) as engine:
+        request = placeholder_for(request, engine.needs_image)  # image-to-video checkpoints
         cond = engine.executor.call_rank(0, "encode_prompt", request)
         heads = engine.executor.call_rank(0, "num_heads")
         labels = _chunk_list(config, heads, chunks)

@@ -37,6 +37,8 @@ def add_engine_flags(p, seed_help: str) -> None:
     p.add_argument("--num-frames", type=integer)
     p.add_argument("--steps", type=integer, help="denoising steps")
     p.add_argument("--guidance-scale", type=float, help="embedded guidance scale (HunyuanVideo default 6.0)")
+    p.add_argument("--guidance-scale-2", type=float, help="two-expert Wan2.2 (A14B): the low-noise expert's "
+                                                          "guidance scale (default: --guidance-scale)")
     p.add_argument("--seed", type=integer, help=seed_help)
     p.add_argument("--fps", type=integer)
     p.add_argument("--ulysses", type=integer, help="Ulysses sequence-parallel degree")
@@ -123,7 +125,8 @@ def engine_config(args):
     config = pipeline_overrides(config, args)
     return config.with_overrides(
         "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
-        guidance_scale=args.guidance_scale, seed=args.seed, fps=args.fps, cache=args.cache,
+        guidance_scale=args.guidance_scale, guidance_scale_2=args.guidance_scale_2, seed=args.seed, fps=args.fps,
+        cache=args.cache,
     )
 
 

@@ -31,14 +31,15 @@ class AutoChoice:
 
 
 def predict_decode_ranks(model_path: str, family: str, gpu_name: str, ranks: int, height: int, width: int,
-                         frames: int, steps: int) -> AutoChoice | None:
-    """None with fewer than 2 ranks or when no configuration with decode ranks fits."""
+                         frames: int, steps: int, idle_expert: str | None = None) -> AutoChoice | None:
+    """None with fewer than 2 ranks or when no configuration with decode ranks fits; idle_expert:
+    the engine's model.idle_expert (two-expert models: the planner keeps to it)."""
     if ranks < 2:
         return None
     key = profile_for_gpu_name(gpu_name)
     label = key or f"{GENERIC_PROFILE} (generic: no profile for {gpu_name})"
     best = best_with_decode_ranks(from_checkpoint(model_path, family), key or GENERIC_PROFILE, ranks,
-                                  Shape(height, width, frames), steps)
+                                  Shape(height, width, frames), steps, idle_expert)
     return None if best is None else AutoChoice(best.candidate.decode_ranks, best.batch_s, label)
 
 

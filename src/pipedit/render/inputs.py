@@ -32,15 +32,18 @@ def read_image_file(path: Path, what: str = "image") -> bytes:
 
 
 def model_checker(model_path: str | Path, model: str | None):
-    """check(shape, steps, negative_prompt, has_image): the model's own shape checks and
-    pipedit.adapter.check_inputs, from the checkpoint's configs only (no weights load)."""
+    """check(shape, steps, negative_prompt, has_image, guidance_scale_2, guidance_scale): the
+    model's own shape checks and pipedit.adapter.check_inputs, from the checkpoint's configs only
+    (no weights load)."""
     from ..adapter import check_inputs, model_inputs
 
     adapter = model_inputs(model_path, model)
 
-    def check(shape, steps: int, negative_prompt: str | None, has_image: bool) -> None:
+    def check(shape, steps: int, negative_prompt: str | None, has_image: bool, guidance_scale_2: float | None = None,
+              guidance_scale: float | None = None) -> None:
         adapter.validate(shape, steps)
-        check_inputs(adapter, negative_prompt=negative_prompt, has_image=has_image)
+        check_inputs(adapter, negative_prompt=negative_prompt, has_image=has_image, guidance_scale_2=guidance_scale_2,
+                     guidance_scale=guidance_scale)
 
     return check
 

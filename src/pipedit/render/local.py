@@ -41,7 +41,8 @@ def line_validator(config: EngineConfig) -> Validator:
 
     def check(settings: dict) -> None:
         check_model(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"],
-                    settings.get("negative_prompt"), settings.get("image") is not None)
+                    settings.get("negative_prompt"), settings.get("image") is not None,
+                    settings.get("guidance_scale_2"), settings["guidance_scale"])
 
     return check
 
@@ -52,7 +53,8 @@ def request_for(line: RenderLine) -> VideoRequest:
     s = line.settings
     return VideoRequest(prompt=s["prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
                         steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"], cache=s.get("cache"),
-                        negative_prompt=s.get("negative_prompt"), image=line_image(s))
+                        negative_prompt=s.get("negative_prompt"), image=line_image(s),
+                        guidance_scale_2=s.get("guidance_scale_2"))
 
 
 class LocalRunner:

@@ -22,14 +22,14 @@ from ..errors import UserInputError
 
 # Keys a JSONL line may carry; anything else is an error (a typo must not silently use a default).
 LINE_KEYS = ("prompt", "name", "size", "height", "width", "num_frames", "steps", "seed",
-             "guidance_scale", "fps", "negative_prompt", "image", "cache")
+             "guidance_scale", "guidance_scale_2", "fps", "negative_prompt", "image", "cache")
 _INT_KEYS = ("height", "width", "num_frames", "steps", "seed", "fps")
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
 HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model", "cache",
-          "negative_prompt", "image_sha256")
+          "negative_prompt", "image_sha256", "guidance_scale_2")
 # Settings a line has only when it gives them; lines without them keep the keys they had before.
-_OPTIONAL = ("negative_prompt", "image", "image_sha256")
+_OPTIONAL = ("negative_prompt", "image", "image_sha256", "guidance_scale_2")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
 
@@ -100,7 +100,7 @@ def _resolve(number: int, text: str, jsonl: bool, defaults: GenerationDefaults, 
         given = _parse(text) if jsonl else {"prompt": text}
         line.name = _name(number, given)
         line.settings = _settings(given, defaults, model)
-        line.settings.update(_inputs(given, folder))
+        line.settings.update(_inputs(given, folder, defaults))
         if validate is not None:
             validate(line.settings)
     except UserInputError as error:
@@ -152,15 +152,21 @@ def _settings(given: dict, defaults: GenerationDefaults, model: str) -> dict:
     }
 
 
-def _inputs(given: dict, folder: Path) -> dict:
-    """negative_prompt and image, when the line gives them (whether the model takes them is the
-    validator's question). The image is read and decoded now: a bad file fails its line at once."""
+def _inputs(given: dict, folder: Path, defaults: GenerationDefaults) -> dict:
+    """negative_prompt, guidance_scale_2 and image, when the line (or, for guidance_scale_2, the
+    defaults) gives them; whether the model takes them is the validator's question. The image is
+    read and decoded now: a bad file fails its line at once."""
     inputs = {}
     negative = given.get("negative_prompt")
     if negative is not None:
         if not isinstance(negative, str):
             raise UserInputError(f"negative_prompt must be a string, got {negative!r}")
         inputs["negative_prompt"] = negative
+    scale_2 = given.get("guidance_scale_2", defaults.guidance_scale_2)
+    if scale_2 is not None:
+        if isinstance(scale_2, bool) or not isinstance(scale_2, (int, float)):
+            raise UserInputError(f"guidance_scale_2 must be a number, got {scale_2!r}")
+        inputs["guidance_scale_2"] = float(scale_2)
     image = given.get("image")
     if image is not None:
         if not isinstance(image, str) or not image.strip():

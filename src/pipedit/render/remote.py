@@ -62,8 +62,9 @@ def create_body(line: RenderLine) -> dict:
             "fps": s["fps"]}
     if s.get("cache", "none") != "none":  # sent only when asked for: servers without caching refuse the field
         body["cache"] = s["cache"]
-    if s.get("negative_prompt") is not None:
-        body["negative_prompt"] = s["negative_prompt"]
+    for optional in ("negative_prompt", "guidance_scale_2"):
+        if s.get(optional) is not None:
+            body[optional] = s[optional]
     return body
 
 

@@ -19,8 +19,8 @@ def request_from_config(config: EngineConfig, prompt: str, *, negative_prompt: s
                         image: bytes | None = None) -> VideoRequest:
     g = config.generation
     return VideoRequest(prompt=prompt, height=g.height, width=g.width, num_frames=g.num_frames,
-                        steps=g.steps, guidance_scale=g.guidance_scale, seed=g.seed,
-                        negative_prompt=negative_prompt, image=image)
+                        steps=g.steps, guidance_scale=g.guidance_scale, guidance_scale_2=g.guidance_scale_2,
+                        seed=g.seed, negative_prompt=negative_prompt, image=image)
 
 
 def _check_output(output: Path) -> None:
@@ -44,7 +44,8 @@ def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_pa
     _check_output(output)
     image = read_image_file(image_path, "--image") if image_path is not None else None
     request = request_from_config(config, prompt, negative_prompt=negative_prompt, image=image)
-    config_checker(config)(request.shape, request.steps, request.negative_prompt, request.image is not None)
+    config_checker(config)(request.shape, request.steps, request.negative_prompt, request.image is not None,
+                           request.guidance_scale_2, request.guidance_scale)
     from ..runtime.engine import Engine
 
     with Engine(config) as engine:

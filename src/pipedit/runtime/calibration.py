@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..config import EngineConfig, ParallelConfig
 from ..distributed.devices import gpu_model_name
+from ..images import placeholder_for
 from ..planner import balance_decode_ranks, split_denoise_ranks
 from ..request import VideoRequest
 from .layout import WorldLayout
@@ -35,10 +36,7 @@ class CalibrationWorker(DenoiseWorker):
     def measure(self, model_path: str, request: VideoRequest) -> dict:
         """T_denoise (CALIBRATION_STEPS timed forwards scaled to the step count) and T_decode."""
         self.setup(model_path)
-        if getattr(self.adapter, "needs_image", False) and request.image is None:  # image-to-video
-            from ..images import placeholder_image
-
-            request = replace(request, image=placeholder_image())
+        request = placeholder_for(request, getattr(self.adapter, "needs_image", False))  # image-to-video
         self.begin(request, self.encode_prompt(request))
         self.step()  # warm-up
         start = time.perf_counter()
@@ -115,7 +113,7 @@ def planned_decode_ranks(config: EngineConfig, model_path: str) -> int | None:
 
     g, parallel = config.generation, config.parallel
     choice = predict_decode_ranks(model_path, family_of(model_path), gpu_model_name(), parallel.ranks,
-                                  g.height, g.width, g.num_frames, g.steps)
+                                  g.height, g.width, g.num_frames, g.steps, config.model.idle_expert)
     if choice is None:
         return None
     print(f"pipedit: decode_ranks auto: no calibration measurement for this shape; using the planner's "

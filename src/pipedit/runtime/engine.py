@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import Iterable, Iterator
 
-from ..adapter import adapter_class_for, attention_heads
+from ..adapter import adapter_class_for, attention_heads, model_inputs
 from ..config import EngineConfig
 from ..errors import UserInputError
 from .calibration import resolve_parallel
@@ -55,6 +55,7 @@ class Engine:
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self._model_path = model_path
+        self.needs_image = model_inputs(model_path, config.model.name).needs_image  # image-to-video checkpoints
         if self.layout.ring > 1 and not getattr(adapter_class, "ring_attention", True):
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")

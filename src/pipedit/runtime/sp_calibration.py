@@ -16,7 +16,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..adapter import model_inputs
 from ..config import EngineConfig
+from ..images import placeholder_for
 from ..request import VideoRequest
 
 SP_RANKS = 2
@@ -40,6 +42,7 @@ def measure_sp_step(config: EngineConfig, model_path: str, request: VideoRequest
                        pipesp_chunk="off", aco="off")
     model = replace(config.model, path=model_path)
     timed = replace(request, steps=WARMUP_STEPS + TIMED_STEPS, cache="none")  # every timed step computes
+    timed = placeholder_for(timed, model_inputs(model_path, config.model.name).needs_image)
     started_ray = ensure_ray(SP_RANKS)
     try:
         with Engine(replace(config, model=model, parallel=parallel)) as engine:

@@ -37,7 +37,8 @@ class DenoiseWorker(RankWorker):
         if self.config.model.compile:  # after the attention processors are final, before any block wrapper
             from .compile import apply_compile
 
-            apply_compile(self.adapter.transformer, self.device)
+            for transformer in self._transformers():
+                apply_compile(transformer, self.device)
         # Step caching agrees its decisions over every denoise rank; Aco helpers hear of skips.
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
@@ -66,15 +67,24 @@ class DenoiseWorker(RankWorker):
             self.adapter.components["vae"].to("cpu")
         return self.offload_idle
 
+    def _transformers(self) -> list:
+        """Every DiT this rank holds (Wan2.2 A14B: two experts)."""
+        return list(getattr(self.adapter, "experts", [self.adapter.transformer]))
+
     def _decode_offloaded(self, latents: torch.Tensor) -> torch.Tensor:
-        dit, vae = self.adapter.components["transformer"], self.adapter.components["vae"]
-        dit.to("cpu")
+        # Only the DiTs on the device leave (an offloaded idle expert already waits on the host)
+        # and only they come back.
+        on_device = [dit for dit in self._transformers() if next(dit.parameters()).device == self.device]
+        vae = self.adapter.components["vae"]
+        for dit in on_device:
+            dit.to("cpu")
         vae.to(self.device)
         try:
             return self.adapter.decode(latents)
         finally:
             vae.to("cpu")
-            dit.to(self.device)
+            for dit in on_device:
+                dit.to(self.device)
 
     def aco_calls(self) -> int:
         """Attention calls per transformer forward that Aco helpers must serve."""

@@ -17,7 +17,7 @@ from PIL import Image
 
 from pipedit.adapter import UnsupportedInputError
 from pipedit.config import EngineConfig, ModelConfig
-from pipedit.errors import UserInputError
+from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.images import load_image
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
@@ -99,6 +99,11 @@ def test_guidance_scale_2_below_one_under_guidance_is_refused(engine):
         engine.generate(_request(guidance_scale_2=0.5))
 
 
+def test_step_caching_is_refused_for_two_experts(engine):
+    with pytest.raises(InvalidRequestError, match="two-expert Wan2.2 checkpoints; use cache none"):
+        engine.generate(_request(cache="fbcache:0.1"))
+
+
 def test_expert_choice_and_step_guidance_follow_diffusers():
     from pipedit.integrations.wan.experts import Experts
 
@@ -122,3 +127,18 @@ def test_idle_expert_is_validated_and_offload_moves_nothing_on_cpu():
     assert engine_config(args).model.idle_expert == "offload"
     experts = Experts([torch.nn.Linear(1, 1), torch.nn.Linear(1, 1)], 875.0, torch.device("cpu"), "offload")
     assert not experts.offload  # on a CPU device the host is the device
+
+
+def test_generate_flag_guidance_scale_2_reaches_the_low_noise_expert(engine, tiny_a14b, tmp_path, capsys):
+    """`pipedit generate --guidance-scale-2` gives the engine's guidance_scale_2 run (same process,
+    same modules: equal within float rounding, 1e-6) and not the run without it."""
+    from pipedit.cli import main
+
+    latents_file = tmp_path / "latents.pt"
+    assert main(["generate", "--model-path", str(tiny_a14b), "--prompt", PROMPT, "--height", str(HEIGHT),
+                 "--width", str(WIDTH), "--num-frames", str(FRAMES), "--steps", str(STEPS), "--seed", "5",
+                 "--guidance-scale", "4", "--guidance-scale-2", "2", "--output", str(tmp_path / "out.mp4"),
+                 "--save-latents", str(latents_file)]) == 0
+    ours = torch.load(latents_file)
+    assert _relative(ours, engine.generate(_request(guidance_scale_2=2.0)).latents) <= 1e-6
+    assert _relative(ours, engine.generate(_request()).latents) > 1e-3

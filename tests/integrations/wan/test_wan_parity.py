@@ -9,6 +9,7 @@ embeddings differ from WanPipeline's by ~4e-7 relative (it encodes with autograd
 """
 
 import json
+from dataclasses import replace
 import shutil
 
 import pytest
@@ -102,10 +103,13 @@ def test_cli_generate_writes_the_video_of_diffusers_latents(tiny_wan, reference_
     assert read_mp4(video).shape == (FRAMES, HEIGHT, WIDTH, 3)
 
 
-def test_step_cache_is_refused_for_wan(engine):
-    request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=2, cache="fbcache:0.1")
-    with pytest.raises(InvalidRequestError, match="wan does not support step caching; use cache none"):
-        engine.generate(request)
+def test_fbcache_zero_is_the_uncached_run_and_teacache_is_refused(engine):
+    """fbcache:0 never skips and a computed step returns the blocks' own output: bit for bit."""
+    request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=3, guidance_scale=4.0)
+    uncached = engine.generate(request).latents
+    assert torch.equal(engine.generate(replace(request, cache="fbcache:0")).latents, uncached)
+    with pytest.raises(InvalidRequestError, match="families that have them: hunyuan_video"):
+        engine.generate(replace(request, cache="teacache:0.1"))
 
 
 def test_unsupported_wan_checkpoints_and_options_are_refused(tiny_wan, tmp_path):
