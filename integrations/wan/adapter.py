@@ -15,6 +15,8 @@ CFG parallel through the CFG seam, decode ranks and Aco through the engine.
 
 from __future__ import annotations
 
+import threading
+
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
@@ -56,6 +58,10 @@ class WanAdapter:
         self.takes_image, self.needs_image = layout.takes_image, layout.needs_image
         self.takes_guidance_scale_2 = layout.two_experts
         self.expert_set = None  # the denoise ranks' experts (dit loaded)
+        # Hazard: AutoencoderKLWan keeps its causal feature caches on the module and every encode
+        # and decode resets both (clear_cache); the text rank encodes the next request's image in a
+        # second thread while this VAE decodes (DeDiVAE), so the two must not interleave.
+        self.vae_lock = threading.Lock()
         if "transformer" in components:
             self.expert_set = Experts(self.experts, self._boundary_timestep(), self.device, idle_expert)
 
@@ -123,7 +129,11 @@ class WanAdapter:
 
     def encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
         """The condition channels, and the CLIP image embedding for Wan2.1 I2V; TI2V: the first
-        frame's latents (image_condition.py)."""
+        frame's latents (image_condition.py). Waits for a decode running on the same VAE."""
+        with self.vae_lock:
+            return self._encode_image(image, shape)
+
+    def _encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
         if not self.takes_image:
             raise InvalidRequestError("this wan checkpoint is text-to-video: it takes no image")
         if image is None or shape is None:
@@ -272,7 +282,8 @@ class WanAdapter:
         view = (1, config.z_dim, 1, 1, 1)
         mean = torch.tensor(config.latents_mean).view(view).to(latents.device, latents.dtype)
         inverse_std = 1.0 / torch.tensor(config.latents_std).view(view).to(latents.device, latents.dtype)
-        video = self.vae.decode(latents / inverse_std + mean, return_dict=False)[0]
+        with self.vae_lock:  # an image encode of the next request may share this VAE (see __init__)
+            video = self.vae.decode(latents / inverse_std + mean, return_dict=False)[0]
         return self.frames(video)
 
     frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]

@@ -37,13 +37,12 @@ def diffusers_latents(checkpoint):
                 generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
 
 
-FAST = [["--ulysses", "2"], ["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
-SLOW = [["--ring", "2", "--pipesp-chunk", "1"]]
+# Ring and USP: the transformer-level test (tests/integrations/wan/test_wan_parallel.py, USP 2x2).
+LAYOUTS = [["--ulysses", "2"], ["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
 
 
-@pytest.mark.parametrize(
-    "flags", FAST + [pytest.param(flags, marks=pytest.mark.slow) for flags in SLOW], ids=lambda flags: " ".join(flags)
-)
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", LAYOUTS, ids=lambda flags: " ".join(flags))
 def test_parallel_latents_equal_diffusers(ray_session, checkpoint, diffusers_latents, tmp_path, flags):
     latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE)])
     assert latents.shape == diffusers_latents.shape == (1, 16, 3, 6, 10)
@@ -55,6 +54,7 @@ def test_parallel_latents_equal_diffusers(ray_session, checkpoint, diffusers_lat
 CACHED = Case(CASE.prompt, height=48, width=80, frames=9, steps=8, seed=11)
 
 
+@pytest.mark.slow
 def test_cached_ulysses_run_equals_the_cached_one_rank_run(ray_session, checkpoint, tmp_path):
     """fbcache:0.1 on Ulysses 2 (the first block's input cut by the shard plan's pre-hook before
     the cache sees it; decisions agreed over both ranks) against the same cache on one rank. On

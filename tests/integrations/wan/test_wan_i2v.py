@@ -171,3 +171,41 @@ def test_demo_checkpoint_cli_writes_the_i2v_preset_and_names_the_presets(tmp_pat
     assert index["image_encoder"] == ["transformers", "CLIPVisionModelWithProjection"]
     assert main(["demo-checkpoint", "--model", "wan", "--preset", "i3v", str(tmp_path / "x")]) == 2
     assert "unknown wan preset 'i3v'; choose one of: t2v, a14b, i2v, i2v-a14b, ti2v" in capsys.readouterr().err
+
+
+def test_an_image_encode_waits_for_a_decode_on_the_same_vae(tiny_i2v, image_bytes):
+    """AutoencoderKLWan resets its encoder and decoder feature caches on every call: the text rank's
+    image encode (a second thread under DeDiVAE) must not run inside a decode of the same VAE. The
+    decode is held open; the encode must still be waiting after 1.5 s (unguarded, the tiny encode
+    finishes in well under that) and run once the decode ends."""
+    import threading
+
+    from pipedit.adapter import VideoShape
+
+    adapter = load_adapter(str(tiny_i2v), parts={"text", "vae"})
+    shape = VideoShape(HEIGHT, WIDTH, FRAMES)
+    vae, order, decoding, release = adapter.vae, [], threading.Event(), threading.Event()
+    decode, encode = vae.decode, vae.encode
+
+    def held_decode(*args, **kwargs):
+        order.append("decode")
+        decoding.set()
+        release.wait(30)
+        return decode(*args, **kwargs)
+
+    def recorded_encode(*args, **kwargs):
+        order.append("encode")
+        return encode(*args, **kwargs)
+
+    vae.decode, vae.encode = held_decode, recorded_encode
+    decoder = threading.Thread(target=adapter.decode, args=(torch.randn(adapter.latent_shape(shape)),))
+    decoder.start()
+    assert decoding.wait(30)
+    encoder = threading.Thread(target=adapter.encode_image, args=(load_image(image_bytes), shape))
+    encoder.start()
+    encoder.join(1.5)
+    waiting = encoder.is_alive()
+    release.set()
+    decoder.join(30)
+    encoder.join(30)
+    assert waiting and order == ["decode", "encode"]
