@@ -1,6 +1,9 @@
-"""End to end on a tiny Wan2.1 text-to-video checkpoint: pipedit's parallel runs (Ray actors,
-gloo) against diffusers' WanPipeline on one device (output_type="latent", the same seed and CPU
-generator, guidance 5 with the empty negative prompt).
+"""End to end on tiny Wan checkpoints: pipedit's parallel runs (Ray actors, gloo) against
+diffusers' pipelines on one device (output_type="latent", the same seed and CPU generator,
+guidance 5 with the empty negative prompt): Wan2.1 text-to-video against WanPipeline; Wan2.1
+image-to-video (CLIP image tokens) and Wan2.2 I2V A14B (two experts, guidance_scale_2) against
+WanImageToVideoPipeline, each under Ulysses + DeDiVAE + Aco and under CFG parallel + DeDiVAE
+(the decode rank holds the text encoder, so it encodes the image too).
 
 The transformer has 3 heads (2 ranks split them 2+1); 48x80x9 gives 3x3x5 = 45 video tokens
 (uneven shards). Ulysses and Aco only move data; CFG parallel runs each branch as its own batch-1
@@ -38,7 +41,9 @@ def diffusers_latents(checkpoint):
 
 
 # Ring and USP: the transformer-level test (tests/integrations/wan/test_wan_parallel.py, USP 2x2).
-LAYOUTS = [["--ulysses", "2"], ["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
+# CFG parallel, DeDiVAE and Aco run the text-to-video path too, inside the image-to-video cases.
+LAYOUTS = [["--ulysses", "2"]]
+IMAGE_LAYOUTS = [["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
 
 
 @pytest.mark.slow
@@ -74,3 +79,45 @@ def test_cached_ulysses_run_equals_the_cached_one_rank_run(ray_session, checkpoi
                                                                "--guidance-scale", str(GUIDANCE)])
     scale = one_rank.latents.abs().max().item()
     assert (latents - one_rank.latents).abs().max().item() <= 1e-4 * scale
+
+
+@pytest.fixture(scope="module")
+def image_file(tmp_path_factory):
+    import numpy as np
+    from PIL import Image
+
+    path = tmp_path_factory.mktemp("image") / "start.png"  # another size and aspect than the video
+    Image.fromarray((np.random.RandomState(2).rand(37, 71, 3) * 255).astype("uint8")).save(path)
+    return path
+
+
+@pytest.fixture(scope="module", params=["i2v", "i2v-a14b"])
+def image_checkpoint(request, tmp_path_factory):
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    dims = WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=4)
+    return request.param, write_demo_checkpoint(tmp_path_factory.mktemp(request.param) / "tiny", dims,
+                                                preset=request.param)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", IMAGE_LAYOUTS, ids=lambda flags: " ".join(flags))
+def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_checkpoint, image_file, tmp_path, flags):
+    from diffusers import WanImageToVideoPipeline
+
+    from pipedit.images import load_image
+
+    preset, checkpoint = image_checkpoint
+    # A14B (boundary 900): step 999 on transformer, 857 and 600 on transformer_2 with its own scale.
+    scale_2 = ["--guidance-scale-2", "3"] if preset == "i2v-a14b" else []
+    latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE),
+                                                             "--image", str(image_file), *scale_2])
+    pipe = WanImageToVideoPipeline.from_pretrained(checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+    reference = pipe(image=load_image(image_file.read_bytes()), prompt=CASE.prompt, height=CASE.height,
+                     width=CASE.width, num_frames=CASE.frames, num_inference_steps=CASE.steps,
+                     guidance_scale=GUIDANCE, guidance_scale_2=3.0 if scale_2 else None, output_type="latent",
+                     generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+    scale = reference.abs().max().item()
+    assert latents.shape == reference.shape and scale > 0.1
+    assert (latents - reference).abs().max().item() <= 1e-4 * scale
