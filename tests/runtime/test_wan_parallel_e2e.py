@@ -2,8 +2,8 @@
 diffusers' pipelines on one device (output_type="latent", the same seed and CPU generator,
 guidance 5 with the empty negative prompt): Wan2.1 text-to-video against WanPipeline; Wan2.1
 image-to-video (CLIP image tokens) and Wan2.2 I2V A14B (two experts, guidance_scale_2) against
-WanImageToVideoPipeline, each under Ulysses + DeDiVAE + Aco and under CFG parallel + DeDiVAE
-(the decode rank holds the text encoder, so it encodes the image too).
+WanImageToVideoPipeline, the first under Ulysses + DeDiVAE + Aco, the second under CFG parallel +
+DeDiVAE (the decode rank holds the text encoder, so it encodes the image too).
 
 The transformer has 3 heads (2 ranks split them 2+1); 48x80x9 gives 3x3x5 = 45 video tokens
 (uneven shards). Ulysses and Aco only move data; CFG parallel runs each branch as its own batch-1
@@ -43,7 +43,8 @@ def diffusers_latents(checkpoint):
 # Ring and USP: the transformer-level test (tests/integrations/wan/test_wan_parallel.py, USP 2x2).
 # CFG parallel, DeDiVAE and Aco run the text-to-video path too, inside the image-to-video cases.
 LAYOUTS = [["--ulysses", "2"]]
-IMAGE_LAYOUTS = [["--cfg-parallel", "--decode-ranks", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
+IMAGE_CASES = [("i2v", ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]),
+               ("i2v-a14b", ["--cfg-parallel", "--decode-ranks", "1"])]
 
 
 @pytest.mark.slow
@@ -91,23 +92,17 @@ def image_file(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module", params=["i2v", "i2v-a14b"])
-def image_checkpoint(request, tmp_path_factory):
-    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
-
-    dims = WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=4)
-    return request.param, write_demo_checkpoint(tmp_path_factory.mktemp(request.param) / "tiny", dims,
-                                                preset=request.param)
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("flags", IMAGE_LAYOUTS, ids=lambda flags: " ".join(flags))
-def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_checkpoint, image_file, tmp_path, flags):
+@pytest.mark.parametrize("preset,flags", IMAGE_CASES, ids=lambda case: case if isinstance(case, str) else " ".join(case))
+def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file, tmp_path_factory, tmp_path, preset,
+                                                         flags):
     from diffusers import WanImageToVideoPipeline
 
     from pipedit.images import load_image
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
 
-    preset, checkpoint = image_checkpoint
+    dims = WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=4)
+    checkpoint = write_demo_checkpoint(tmp_path_factory.mktemp(preset) / "tiny", dims, preset=preset)
     # A14B (boundary 900): step 999 on transformer, 857 and 600 on transformer_2 with its own scale.
     scale_2 = ["--guidance-scale-2", "3"] if preset == "i2v-a14b" else []
     latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE),
