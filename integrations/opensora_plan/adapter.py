@@ -16,7 +16,7 @@ import torch
 from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape
 from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
-from pipedit.guidance import combine_guidance, guided_branches
+from pipedit.guidance import GuidedPrediction
 
 from .checkpoint import TEXT_ENCODER_FOLDER, VAE_FOLDER, find_transformer_folder, read_json
 from .sampler import initial_noise, make_scheduler
@@ -26,7 +26,7 @@ VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # WFVAEModel_D8_4x8x8
 VAE_TILING_MODES = ("auto", "on", "off")
 
 
-class OpenSoraPlanAdapter:
+class OpenSoraPlanAdapter(GuidedPrediction):
     family = "opensora-plan"
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
@@ -130,10 +130,6 @@ class OpenSoraPlanAdapter:
             {"prompt_embeds": cond["prompt_embeds"], "prompt_attention_mask": cond["prompt_attention_mask"]},
         ]
 
-    def branches_for(self, cond: dict[str, torch.Tensor], guidance_scale: float) -> list[dict[str, torch.Tensor]]:
-        """Both branches when guidance applies (guidance_scale > 1), else the positive one only."""
-        return guided_branches(self.cfg_branches(cond), guidance_scale)
-
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
                          branches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
@@ -146,12 +142,6 @@ class OpenSoraPlanAdapter:
         masks = torch.cat([b["prompt_attention_mask"] for b in branches])
         out = self.transformer(x, timesteps, embeds, encoder_attention_mask=masks)
         return list(out.float().chunk(count))
-
-    def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:
-        preds = self.predict_branches(latents, timestep, self.branches_for(cond, guidance_scale))
-        return combine_guidance(preds, guidance_scale)
-
-    combine_guidance = staticmethod(combine_guidance)
 
     # -- sequence parallelism --------------------------------------------------------------
     @property

@@ -7,7 +7,7 @@ cleaning, UMT5 over 512 tokens with zero-filled padding, the empty negative prom
 guidance_scale > 1, the checkpoint's scheduler (fresh per request), randn latents, the VAE's
 latents_mean/latents_std, the image condition (image_condition.py) and the expert of each timestep
 with its guidance scale (experts.py). The denoising loop itself is pipedit's engine. Guidance
-follows OpenSoraPlan's CFG seam (cfg_branches, predict_branches, combine_guidance).
+follows the CFG seam shared with OpenSoraPlan (cfg_branches, predict_branches; pipedit.guidance).
 
 Every parallel path applies: sequence-parallel attention from outside the model (parallel.py),
 CFG parallel through the CFG seam, decode ranks and Aco through the engine.
@@ -24,7 +24,7 @@ from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_fro
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
-from pipedit.guidance import combine_guidance, guided_branches
+from pipedit.guidance import GuidedPrediction
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts
@@ -37,7 +37,7 @@ _T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
 _IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
-class WanAdapter:
+class WanAdapter(GuidedPrediction):
     family = "wan"
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
@@ -172,10 +172,6 @@ class WanAdapter:
             return request.guidance_scale
         return experts.guidance_scale(timestep, request.guidance_scale, getattr(request, "guidance_scale_2", None))
 
-    def branches_for(self, cond: dict[str, torch.Tensor], guidance_scale: float) -> list[dict[str, torch.Tensor]]:
-        """Both branches when guidance applies (guidance_scale > 1, as WanPipeline), else the positive one."""
-        return guided_branches(self.cfg_branches(cond), guidance_scale)
-
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
                          branches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
@@ -219,12 +215,6 @@ class WanAdapter:
             return latents
         mask = self._first_frame_mask(latents, True)
         return (1 - mask) * cond["first_frame"] + mask * latents
-
-    def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:
-        preds = self.predict_branches(latents, timestep, self.branches_for(cond, guidance_scale))
-        return combine_guidance(preds, guidance_scale)
-
-    combine_guidance = staticmethod(combine_guidance)
 
     # -- parallelism -------------------------------------------------------------------------
     @property
