@@ -29,16 +29,22 @@ def until_done(client, video_id, timeout=120):
     return video
 
 
-def main(base_url, out_dir):
-    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
-    with ThreadPoolExecutor(len(JOBS)) as pool:  # three jobs at once
-        created = list(pool.map(lambda job: create(client, *job), JOBS))
-    videos = [until_done(client, v.id) for v in created]
+def download(client, videos, out_dir) -> list[str]:
+    """Each video's mp4 into out_dir; the paths."""
     files = []
     for video in videos:
         path = Path(out_dir) / f"{video.id}.mp4"
         path.write_bytes(client.videos.download_content(video.id).content)
         files.append(str(path))
+    return files
+
+
+def main(base_url, out_dir):
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="unused", max_retries=0)
+    with ThreadPoolExecutor(len(JOBS)) as pool:  # three jobs at once
+        created = list(pool.map(lambda job: create(client, *job), JOBS))
+    videos = [until_done(client, v.id) for v in created]
+    files = download(client, videos, out_dir)
     first_page = client.videos.list(limit=2, order="asc")
     every_id = [v.id for v in client.videos.list(limit=2, order="asc")]  # follows has_more / last_id
     try:

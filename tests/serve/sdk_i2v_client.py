@@ -8,23 +8,12 @@ Usage: python sdk_i2v_client.py BASE_URL OUT_DIR IMAGE_A IMAGE_B (PYTHONPATH at 
 import base64
 import json
 import sys
-import time
 from pathlib import Path
 
 import openai
+from sdk_client import download, until_done  # run as a script: its folder is on sys.path
 
 SETTINGS = {"num_frames": 5, "num_inference_steps": 2, "seed": 11, "negative_prompt": "blurry"}
-
-
-def until_done(client, video_id, timeout=120):
-    deadline = time.monotonic() + timeout
-    video = client.videos.retrieve(video_id)
-    while video.status not in ("completed", "failed", "cancelled"):
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{video_id} still {video.status}")
-        time.sleep(0.1)
-        video = client.videos.retrieve(video_id)
-    return video
 
 
 def main(base_url, out_dir, image_a, image_b):
@@ -36,11 +25,7 @@ def main(base_url, out_dir, image_a, image_b):
     created.append(client.videos.create(prompt="a fox turns its head", size="64x48",
                                         extra_body=dict(SETTINGS, input_reference={"image_url": url})))
     videos = [until_done(client, v.id) for v in created]
-    files = []
-    for video in videos:
-        path = Path(out_dir) / f"{video.id}.mp4"
-        path.write_bytes(client.videos.download_content(video.id).content)
-        files.append(str(path))
+    files = download(client, videos, out_dir)
     print(json.dumps({"version": openai.__version__, "videos": [v.model_dump() for v in videos], "files": files}))
 
 
