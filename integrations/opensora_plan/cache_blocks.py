@@ -12,9 +12,4 @@ from pipedit.cache.blocks import CacheBlocks
 
 
 def cache_blocks(transformer) -> CacheBlocks:
-    return CacheBlocks(
-        blocks=tuple(transformer.transformer_blocks),
-        streams_in=lambda args, kwargs: (args[0] if args else kwargs["x"],),
-        streams_out=lambda output: (output,),
-        pack=lambda streams: streams[0],
-    )
+    return CacheBlocks.single_stream(transformer.transformer_blocks, "x")

@@ -14,9 +14,4 @@ from pipedit.cache.blocks import CacheBlocks
 
 
 def cache_blocks(transformer) -> CacheBlocks:
-    return CacheBlocks(
-        blocks=tuple(transformer.blocks),
-        streams_in=lambda args, kwargs: (args[0] if args else kwargs["hidden_states"],),
-        streams_out=lambda output: (output,),
-        pack=lambda streams: streams[0],
-    )
+    return CacheBlocks.single_stream(transformer.blocks, "hidden_states")

@@ -25,3 +25,14 @@ class CacheBlocks:
     streams_out: Callable[[Any], Streams]
     pack: Callable[[Streams], Any]
     modulated_input: Callable[[torch.nn.Module, tuple, dict], torch.Tensor] | None = None
+
+    @classmethod
+    def single_stream(cls, blocks, keyword: str) -> CacheBlocks:
+        """Blocks that take the video stream first (positionally or as `keyword`) and return it
+        alone: the only stream they change (OpenSoraPlan's, Wan's)."""
+        return cls(
+            blocks=tuple(blocks),
+            streams_in=lambda args, kwargs: (args[0] if args else kwargs[keyword],),
+            streams_out=lambda output: (output,),
+            pack=lambda streams: streams[0],
+        )
