@@ -13,7 +13,7 @@ import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 from diffusers.utils.torch_utils import randn_tensor
 
-from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_from_vae, read_model_index
+from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
@@ -27,8 +27,9 @@ CLIP_MAX_TOKENS = 77
 LLAMA_LAYERS_SKIPPED = 2
 
 
-class HunyuanVideoAdapter:
+class HunyuanVideoAdapter(ComponentAccess):
     family = "hunyuan_video"
+    component_names = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae")
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
@@ -76,14 +77,6 @@ class HunyuanVideoAdapter:
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         return cls(components, configs, device, dtype, vae_tiling)
-
-    def __getattr__(self, name):
-        components = self.__dict__.get("components", {})
-        if name in ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae"):
-            if name not in components:
-                raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
-            return components[name]
-        raise AttributeError(name)
 
     @property
     def scheduler_config(self):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape
+from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape
 from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.guidance import GuidedPrediction
@@ -26,8 +26,9 @@ VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # WFVAEModel_D8_4x8x8
 VAE_TILING_MODES = ("auto", "on", "off")
 
 
-class OpenSoraPlanAdapter(GuidedPrediction):
+class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
     family = "opensora-plan"
+    component_names = ("tokenizer", "text_encoder", "transformer", "vae")
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
     takes_negative_prompt = True
@@ -84,14 +85,6 @@ class OpenSoraPlanAdapter(GuidedPrediction):
             return int(config["num_attention_heads"])
         except (KeyError, TypeError, ValueError) as error:
             raise ModelPathError(f"the transformer config under {path} has no num_attention_heads ({error})") from error
-
-    def __getattr__(self, name):
-        components = self.__dict__.get("components", {})
-        if name in ("tokenizer", "text_encoder", "transformer", "vae"):
-            if name not in components:
-                raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
-            return components[name]
-        raise AttributeError(name)
 
     # -- validation ------------------------------------------------------------------------
     @property

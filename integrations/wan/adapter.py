@@ -20,7 +20,7 @@ import threading
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
-from pipedit.adapter import ALL_PARTS, VideoShape, check_video_shape, frames_from_vae, read_model_index
+from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
@@ -37,8 +37,9 @@ _T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
 _IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
-class WanAdapter(GuidedPrediction):
+class WanAdapter(ComponentAccess, GuidedPrediction):
     family = "wan"
+    component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
     takes_negative_prompt = True
@@ -91,14 +92,6 @@ class WanAdapter(GuidedPrediction):
         if not self.layout.two_experts:
             return None
         return self.layout.boundary_ratio * self.components["scheduler"].config.num_train_timesteps
-
-    def __getattr__(self, name):
-        components = self.__dict__.get("components", {})
-        if name in _COMPONENTS:
-            if name not in components:
-                raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
-            return components[name]
-        raise AttributeError(name)
 
     # -- validation ------------------------------------------------------------------------
     @property

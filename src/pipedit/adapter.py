@@ -65,6 +65,23 @@ def frames_from_vae(video: torch.Tensor) -> torch.Tensor:
     return (video.float() / 2 + 0.5).clamp(0, 1).permute(0, 2, 3, 4, 1)
 
 
+class ComponentAccess:
+    """adapter.<component> for the names in `component_names`, from `self.components`; a clear
+    error when this rank's role did not load that component."""
+
+    component_names: tuple[str, ...] = ()
+
+    def __getattr__(self, name):
+        # Only reached for names not found normally; __dict__ directly, so that an adapter still
+        # being built (no `components` yet) raises AttributeError rather than recursing.
+        components = self.__dict__.get("components", {})
+        if name in type(self).component_names:
+            if name not in components:
+                raise RuntimeError(f"this worker did not load the {name} (its role does not need it)")
+            return components[name]
+        raise AttributeError(name)
+
+
 class ModelAdapter(Protocol):
     """One model family. Loads the parts a rank's role needs (`parts`); shapes come from the
     component configs, so every role can validate requests and size buffers."""
