@@ -50,7 +50,7 @@ from pipedit.video import VideoWriteError, encode_mp4, publish
 from .admission import Admission, client_of
 from .errors import ApiError, not_found
 from .options import create_options
-from .params import ServiceLimits, ShapeValidator, resolve
+from .params import ServiceLimits, ShapeValidator, request_values, resolve
 from .schemas import Video, VideoCreateParams, VideoDeleted, VideoList
 from .store import UNFINISHED, JobRecord, JobStore
 from .views import event_fields, to_video
@@ -328,11 +328,7 @@ class JobService:
             image = self.store.image(record.id)
             if image is None:
                 raise ValueError("its input_reference image is missing from the job store")
-        return VideoRequest(
-            p["prompt"], height=p["height"], width=p["width"], num_frames=p["num_frames"],
-            steps=p["num_inference_steps"], guidance_scale=p["guidance_scale"], seed=p["seed"],
-            request_id=record.id, cache=p.get("cache"),  # rows from before caching: the default
-            negative_prompt=p.get("negative_prompt"), image=image, guidance_scale_2=p.get("guidance_scale_2"))
+        return VideoRequest(**request_values(p), request_id=record.id, image=image)
 
     # -- engine side ----------------------------------------------------------------------
     def _on_event(self, event: RequestEvent) -> None:

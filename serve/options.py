@@ -3,19 +3,28 @@ its form from it): the model, its defaults, the allowed values and the inputs it
 
 from __future__ import annotations
 
+from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
+from pipedit.fields import FIELDS, GenerationField
 from pipedit.images import IMAGE_FORMATS
 
 from .params import ServiceLimits
 
+_TYPES = {int: "integer", float: "number", str: "string", bytes: "file"}
+
 
 def create_options(model_name: str, model, defaults: GenerationDefaults, limits: ServiceLimits) -> dict:
     """`model`: the served adapter built from its configs (None: nothing model-specific known)."""
-    d = defaults
+    capabilities = getattr(model, "capabilities", Capabilities())
+    offered = [spec for spec in FIELDS.values()
+               if spec.form and (spec.capability is None or getattr(capabilities, spec.capability))]
     return {
         "model": model_name,
-        "defaults": {"width": d.width, "height": d.height, "num_frames": d.num_frames, "fps": d.fps,
-                     "num_inference_steps": d.steps, "guidance_scale": d.guidance_scale, "seed": d.seed},
+        # What a request that leaves a field out runs with (the fields that always have a value).
+        "defaults": {spec.api if spec.api_name != "size" else spec.name: getattr(defaults, spec.name)
+                     for spec in FIELDS.values() if spec.in_config and not spec.nullable},
+        # The page's form: every generation field this model takes, its bounds on this server.
+        "fields": [_describe(spec, defaults, limits) for spec in offered],
         "size_multiple": int(getattr(model, "size_multiple", 1)),
         "max_side": limits.max_side,
         "frame_counts": list(range(1, limits.max_frames + 1, int(getattr(model, "temporal_ratio", 1)))),
@@ -26,11 +35,19 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
         "max_guidance_scale": limits.max_guidance_scale,
         "max_prompt_chars": limits.max_prompt_chars,
         # What a request may carry besides its prompt (the page shows the fields for these).
-        "takes_negative_prompt": bool(getattr(model, "takes_negative_prompt", False)),
-        "takes_image": bool(getattr(model, "takes_image", False)),
-        "needs_image": bool(getattr(model, "needs_image", False)),
-        "takes_guidance_scale_2": bool(getattr(model, "takes_guidance_scale_2", False)),
+        "takes_negative_prompt": capabilities.negative_prompt,
+        "takes_image": capabilities.image,
+        "needs_image": capabilities.needs_image,
+        "takes_guidance_scale_2": capabilities.guidance_scale_2,
         "image_formats": list(IMAGE_FORMATS.values()),
         "max_image_pixels": limits.max_image_pixels,
         "max_upload_bytes": limits.max_upload_bytes,
     }
+
+
+def _describe(spec: GenerationField, defaults: GenerationDefaults, limits: ServiceLimits) -> dict:
+    """`name`: the field's; `param`: what the API calls it (height and width come as `size`)."""
+    bounds = [b for b in (spec.high, getattr(limits, spec.limit) if spec.limit else None) if b is not None]
+    return {"name": spec.name, "param": spec.api, "type": _TYPES[spec.kind], "label": spec.label,
+            "description": spec.description, "default": getattr(defaults, spec.name) if spec.in_config else None,
+            "nullable": spec.nullable, "minimum": spec.low, "maximum": min(bounds) if bounds else None}

@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from pipedit.adapter import UnsupportedInputError, VideoShape, check_inputs
+from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
 from pipedit.errors import UserInputError
+from pipedit.fields import FIELDS, GenerationField, api_fields, request_fields
 
 from .errors import ApiError, invalid
 from .reference import check_image
-from .schemas import VideoCreateParams
 
 ShapeValidator = Callable[[VideoShape, int], None]  # raises UserInputError naming what is allowed
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
@@ -44,72 +45,87 @@ class ServiceLimits:
 
 @dataclass(frozen=True)
 class JobSettings:
-    """What a job runs with; stored as the job's `params`."""
+    """What a job runs with; stored as the job's `params`: every generation field under its API
+    name (width and height by their own; the image as its format, width, height and bytes, the
+    bytes themselves in JobStore.image), plus the clip's `seconds`. Read as attributes."""
 
-    prompt: str
-    width: int
-    height: int
-    num_frames: int
-    fps: int
-    num_inference_steps: int
-    guidance_scale: float
-    seed: int
-    seconds: str
-    cache: str = "none"  # the effective step cache (the request's, else the server's default)
-    negative_prompt: str | None = None  # None: the model's default (models with classifier-free guidance)
-    image: dict | None = None  # the input_reference's format, width, height, bytes (the bytes: JobStore.image)
-    guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
+    values: dict
+
+    def __getattr__(self, name: str):
+        try:
+            return self.values[name]
+        except KeyError:
+            raise AttributeError(name) from None
 
     def to_json(self) -> dict:
-        return asdict(self)
+        return dict(self.values)
 
 
-def resolve(params: VideoCreateParams, model_name: str, defaults: GenerationDefaults, limits: ServiceLimits,
+def stored_name(spec: GenerationField) -> str:
+    """Where a job's params keep a generation field: under its API name when the create schema
+    takes it by that name, else under its own (width, height, image)."""
+    return spec.api if spec in api_fields() else spec.name
+
+
+def request_values(params: dict) -> dict:
+    """A stored job's params -> the VideoRequest fields they hold (rows written before a field
+    existed lack it: the request's default)."""
+    return {spec.name: params[stored_name(spec)] for spec in request_fields()
+            if spec.kind is not bytes and stored_name(spec) in params}
+
+
+def resolve(params, model_name: str, defaults: GenerationDefaults, limits: ServiceLimits,
             validate: ShapeValidator | None = None, image: bytes | None = None) -> JobSettings:
-    """`image`: the input_reference's bytes, when the request has one."""
+    """`params`: a VideoCreateParams; `image`: the input_reference's bytes, when the request has
+    one. Each generation field is checked as every interface checks it (pipedit.fields), bounded
+    by the server's limit where it has one."""
     given = params.given()
     _check_text(given)
     _check_model(given.get("model"), model_name)
-    prompt = _check_prompt(params.prompt, limits)
-    guidance = _guidance(given.get("guidance_scale", defaults.guidance_scale), "guidance_scale", limits)
-    guidance_2 = given.get("guidance_scale_2", defaults.guidance_scale_2)
-    guidance_2 = None if guidance_2 is None else _guidance(guidance_2, "guidance_scale_2", limits)
-    negative = _check_inputs(getattr(validate, "__self__", None), given.get("negative_prompt"), image, limits,
-                             guidance, guidance_2)
-    image_info = check_image(image, limits.max_image_pixels) if image is not None else None
-    width, height = _size(given["size"], limits) if "size" in given else (defaults.width, defaults.height)
-    fps = _bounded_int(given.get("fps", defaults.fps), "fps", 1, limits.max_fps)
-    frames, seconds = _frames(given, fps, defaults, limits)
-    steps = _bounded_int(given.get("num_inference_steps", defaults.steps), "num_inference_steps", 1, limits.max_steps)
-    seed = _bounded_int(given.get("seed", defaults.seed), "seed", 0, 2**63 - 1)
-    _check_cost(width, height, frames, steps, limits)
-    _check_shape(validate, VideoShape(height, width, frames), steps)
-    return JobSettings(prompt, width, height, frames, fps, steps, guidance, seed, seconds,
-                       _cache(given.get("cache", defaults.cache), validate), negative, image_info, guidance_2)
+    adapter = getattr(validate, "__self__", None)  # the served adapter, when validate is its method
+    _check_prompt(params.prompt, limits)
+    values = {spec.name: _field(spec, given.get(spec.api, _default(spec, defaults)), limits)
+              for spec in api_fields() if spec.name != "num_frames"}
+    values["width"], values["height"] = _size(given["size"], limits) if "size" in given else \
+        (defaults.width, defaults.height)
+    values["num_frames"], seconds = _frames(given, values["fps"], defaults, limits)
+    values["negative_prompt"] = _check_inputs(adapter, dict(values, image=image), limits)
+    values["cache"] = _cache(values["cache"], adapter)
+    _check_cost(values["width"], values["height"], values["num_frames"], values["steps"], limits)
+    _check_shape(validate, VideoShape(values["height"], values["width"], values["num_frames"]), values["steps"])
+    stored = {stored_name(spec): values[spec.name] for spec in FIELDS.values() if spec.name in values}
+    if image is not None:
+        stored["image"] = check_image(image, limits.max_image_pixels)
+    return JobSettings(dict(stored, seconds=seconds))
 
 
-def _guidance(value, name: str, limits: ServiceLimits) -> float:
-    guidance = float(value)
-    if not 0.0 <= guidance <= limits.max_guidance_scale:
-        raise invalid(f"{name} must be between 0 and {limits.max_guidance_scale}, got {guidance}", name)
-    return guidance
+def _default(spec: GenerationField, defaults: GenerationDefaults):
+    return getattr(defaults, spec.name) if spec.in_config else None
 
 
-def _check_inputs(adapter, negative_prompt: str | None, image: bytes | None, limits: ServiceLimits,
-                  guidance: float, guidance_2: float | None) -> str | None:
-    """What the served model takes besides the prompt (its adapter's takes_negative_prompt,
-    takes_image, needs_image, takes_guidance_scale_2; no adapter known: none of them); returns
-    the negative prompt to run with."""
+def _field(spec: GenerationField, value, limits: ServiceLimits):
+    """One field's value checked as pipedit.fields checks it, below the server's limit; 400
+    `invalid_value` naming the field by its API name."""
     try:
-        check_inputs(adapter, negative_prompt=negative_prompt, has_image=image is not None,
-                     guidance_scale_2=guidance_2, guidance_scale=guidance)
+        return spec.check(value, called=spec.api, high=getattr(limits, spec.limit) if spec.limit else None)
+    except UserInputError as error:
+        raise invalid(str(error), spec.api) from None
+
+
+def _check_inputs(adapter, values: dict, limits: ServiceLimits) -> str | None:
+    """What the served model takes besides the prompt (its adapter's capabilities; no adapter
+    known: none of them); returns the negative prompt to run with."""
+    try:
+        check_inputs(adapter, **{name: values.get(name) for name in FIELDS})
     except UnsupportedInputError as error:
-        param = "input_reference" if error.param == "image" else error.param
-        missing = param == "input_reference" and image is None
-        taken = param == "guidance_scale_2" and getattr(adapter, "takes_guidance_scale_2", False)  # a bad value
+        param = FIELDS[error.param].api
+        missing = error.param == "image" and values.get("image") is None
+        capabilities = getattr(adapter, "capabilities", Capabilities())
+        taken = error.param == "guidance_scale_2" and capabilities.guidance_scale_2  # a bad value
         code = "missing_required_parameter" if missing else "invalid_value" if taken else "unsupported_parameter"
         raise invalid(f"{error}{' as input_reference' if missing else ''}", param, code) from None
-    if negative_prompt is None or not getattr(adapter, "takes_negative_prompt", False):
+    negative_prompt = values.get("negative_prompt")
+    if negative_prompt is None or not getattr(adapter, "capabilities", Capabilities()).negative_prompt:
         return None  # a blank one for a model without a negative branch: nothing to run with
     if len(negative_prompt) > limits.max_prompt_chars:
         raise invalid(f"negative_prompt has {len(negative_prompt)} characters; at most {limits.max_prompt_chars} "
@@ -117,13 +133,14 @@ def _check_inputs(adapter, negative_prompt: str | None, image: bytes | None, lim
     return negative_prompt
 
 
-def _cache(value, validate: ShapeValidator | None) -> str:
-    """The cache setting, checked against the served family too (teacache needs its published
-    coefficients), so that a job the store accepts does not fail in the engine for it."""
+def _cache(value: str | None, adapter) -> str:
+    """The cache setting (None: the server's default, already in `value` then), checked against
+    the served family too (teacache needs its published coefficients), so that a job the store
+    accepts does not fail in the engine for it."""
     from pipedit.cache.policy import teacache_coefficients
     from pipedit.cache.spec import parse_cache
 
-    family = getattr(getattr(validate, "__self__", None), "family", None)  # the adapter's, when known
+    family = getattr(adapter, "family", None)
     try:
         spec = parse_cache(value)
         if spec.kind == "teacache" and family is not None:
@@ -151,13 +168,14 @@ def _check_model(model: str | None, model_name: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _check_prompt(prompt: str, limits: ServiceLimits) -> str:
-    if not prompt.strip():
-        raise invalid("prompt must not be empty: describe the video to generate", "prompt", "empty_prompt")
+def _check_prompt(prompt: str, limits: ServiceLimits) -> None:
+    try:
+        FIELDS["prompt"].check(prompt)
+    except UserInputError as error:
+        raise invalid(str(error), "prompt", "empty_prompt") from None
     if len(prompt) > limits.max_prompt_chars:
         raise invalid(f"prompt has {len(prompt)} characters; at most {limits.max_prompt_chars} are allowed",
                       "prompt", "prompt_too_long")
-    return prompt
 
 
 def _size(text: str, limits: ServiceLimits) -> tuple[int, int]:
@@ -174,7 +192,7 @@ def _frames(given: dict, fps: int, defaults: GenerationDefaults, limits: Service
     """num_frames and the clip length in seconds (as the string OpenAI's API uses)."""
     seconds = _seconds(given["seconds"]) if "seconds" in given else None
     if "num_frames" in given:  # the exact count wins over a length in seconds
-        frames = _bounded_int(given["num_frames"], "num_frames", 1, limits.max_frames)
+        frames = _field(FIELDS["num_frames"], given["num_frames"], limits)
     elif seconds is not None:
         if seconds * fps > limits.max_frames + 4:  # also keeps huge lengths from overflowing below
             raise invalid(f"seconds {given['seconds']} at {fps} fps makes more than {limits.max_frames} frames, "
@@ -200,12 +218,6 @@ def _seconds(value) -> float:
 def _frames_for(seconds: float, fps: int) -> int:
     # The nearest 4k+1 count (what HunyuanVideo's VAE takes), at least one frame.
     return 4 * max(0, round((seconds * fps - 1) / 4)) + 1
-
-
-def _bounded_int(value, name: str, low: int, high: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise invalid(f"{name} must be an integer between {low} and {high}, got {value!r}", name)
-    return value
 
 
 def _check_cost(width: int, height: int, frames: int, steps: int, limits: ServiceLimits) -> None:

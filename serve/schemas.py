@@ -6,38 +6,44 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from pipedit.fields import FIELDS, api_fields
 
 VideoStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
 
 
-class VideoCreateParams(BaseModel):
-    """POST /v1/videos. Fields left out take the model's defaults (see `model_fields_set`)."""
-
+class _CreateParams(BaseModel):
     model_config = ConfigDict(extra="forbid")
-
-    prompt: str = Field(description="What the video shows.")
-    model: Optional[str] = Field(None, description="The served model's name; defaults to it.")
-    size: Optional[str] = Field(None, description="WIDTHxHEIGHT in pixels, e.g. 128x128.")
-    seconds: Optional[Union[str, float]] = Field(
-        None, description="Clip length; sets num_frames from fps when num_frames is not given.")
-    num_frames: Optional[int] = Field(None, description="Frame count, 4k+1 for HunyuanVideo.")
-    fps: Optional[int] = Field(None, description="Frames per second of the mp4.")
-    num_inference_steps: Optional[int] = Field(None, description="Denoising steps.")
-    guidance_scale: Optional[float] = Field(None, description="Classifier-free / embedded guidance.")
-    guidance_scale_2: Optional[float] = Field(None, description="Two-expert models (Wan2.2 A14B): the low-noise "
-                                                                "expert's guidance scale; defaults to guidance_scale.")
-    negative_prompt: Optional[str] = Field(
-        None, description="What to steer away from, for models with classifier-free guidance (Wan, OpenSoraPlan); "
-                          "HunyuanVideo: must be empty.")
-    seed: Optional[int] = Field(None, description="Seed of the initial noise.")
-    cache: Optional[str] = Field(None, description="Step caching: none, fbcache:T or teacache:T; defaults to the "
-                                                   "server's generation.cache.")
 
     def given(self) -> dict:
         """Only the fields the client sent (explicit nulls count as not sent)."""
         return {name: getattr(self, name) for name in self.model_fields_set if getattr(self, name) is not None}
+
+
+# The create fields that are not generation fields: which model, and the API's forms of the size
+# and the frame count. The generation fields follow, from pipedit.fields.
+_API_ONLY = {
+    "model": (Optional[str], Field(None, description="The served model's name; defaults to it.")),
+    "size": (Optional[str], Field(None, description="WIDTHxHEIGHT in pixels, e.g. 128x128.")),
+    "seconds": (Optional[Union[str, float]], Field(
+        None, description="Clip length; sets num_frames from fps when num_frames is not given.")),
+}
+
+
+def create_params_model() -> type[_CreateParams]:
+    """POST /v1/videos's body: the prompt, the API-only fields and every generation field the API
+    takes under its own name (pipedit.fields.api_fields). Fields left out take the server's
+    defaults (see `given`)."""
+    generation = {spec.api: (Optional[spec.kind], Field(None, description=spec.description))
+                  for spec in api_fields() if spec.name != "prompt"}
+    prompt = FIELDS["prompt"]
+    return create_model("VideoCreateParams", __base__=_CreateParams,
+                        prompt=(prompt.kind, Field(description=prompt.description)), **_API_ONLY, **generation)
+
+
+VideoCreateParams = create_params_model()
 
 
 class VideoError(BaseModel):
@@ -54,23 +60,32 @@ class ImageInfo(BaseModel):
     bytes: int
 
 
-class PipeditExtras(BaseModel):
+class _Extras(BaseModel):
     stage: str = Field(description="queued, encoding, denoising, decoding, writing, done, failed, cancelled")
     step: int = 0
     total_steps: int = 0
     queue_position: Optional[int] = Field(None, description="Jobs ahead of this one; null once it runs.")
-    seed: int
-    num_frames: int
-    fps: int
-    num_inference_steps: int
-    guidance_scale: float
-    cache: Optional[str] = Field(None, description="The step cache the job runs with (none, fbcache:T, teacache:T).")
-    negative_prompt: Optional[str] = Field(None, description="The negative prompt given; null: the model's default.")
-    guidance_scale_2: Optional[float] = Field(None, description="The low-noise expert's; null: guidance_scale.")
     input_reference: Optional[ImageInfo] = Field(None, description="The image the video starts from (image-to-video).")
     timings: dict[str, float] = Field(
         default_factory=dict, description="Seconds per phase; with a step cache also cache_computed and cache_skipped "
                                           "(transformer evaluations run and skipped).")
+
+
+def echoed_fields():
+    """The generation fields a Video echoes in `pipedit`, under their API names: those of the
+    create schema but the prompt (a Video's own field)."""
+    return [spec for spec in api_fields() if spec.name != "prompt"]
+
+
+def extras_model() -> type[_Extras]:
+    """A Video's `pipedit` object: progress, and the settings the job runs with (null: the
+    model's default, for the fields that have one)."""
+    echoed = {spec.api: (Optional[spec.kind], Field(None, description=spec.description)) if spec.nullable
+              else (spec.kind, Field(description=spec.description)) for spec in echoed_fields()}
+    return create_model("PipeditExtras", __base__=_Extras, **echoed)
+
+
+PipeditExtras = extras_model()
 
 
 class Video(BaseModel):

@@ -10,7 +10,7 @@ from typing import Any
 
 from pipedit.request import RequestEvent, RequestStatus
 
-from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError
+from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
 from .store import JobRecord
 
 _log = logging.getLogger(__name__)
@@ -74,8 +74,8 @@ def to_video(record: JobRecord, model_name: str, queue_position: int | None = No
         return Video(id=clean_text(str(record.id)), model=model_name, status="failed", progress=0,
                      created_at=int(record.created_at or 0), size="0x0", seconds="0",
                      error=VideoError(code="unreadable_job", message="the stored job cannot be read; delete it"),
-                     pipedit=PipeditExtras(stage="failed", seed=0, num_frames=0, fps=0, num_inference_steps=0,
-                                           guidance_scale=0.0))
+                     pipedit=PipeditExtras(stage="failed", **{spec.api: spec.kind() for spec in echoed_fields()
+                                                              if not spec.nullable}))
 
 
 def _to_video(record: JobRecord, model_name: str, queue_position: int | None, retention: float) -> Video:
@@ -91,10 +91,9 @@ def _to_video(record: JobRecord, model_name: str, queue_position: int | None, re
         pipedit=PipeditExtras(
             stage=extras.get("stage", record.status), step=extras.get("step", 0),
             total_steps=extras.get("total_steps", params["num_inference_steps"]),
-            queue_position=queue_position, seed=params["seed"], num_frames=params["num_frames"],
-            fps=params["fps"], num_inference_steps=params["num_inference_steps"],
-            guidance_scale=params["guidance_scale"], cache=params.get("cache"), timings=extras.get("timings", {}),
-            negative_prompt=params.get("negative_prompt"), input_reference=params.get("image"),
-            guidance_scale_2=params.get("guidance_scale_2"),
+            queue_position=queue_position, timings=extras.get("timings", {}), input_reference=params.get("image"),
+            # A job's params keep the echoed fields under their API names (serve.params.JobSettings);
+            # rows from before a field existed lack it: null.
+            **{spec.api: params[spec.api] if not spec.nullable else params.get(spec.api) for spec in echoed_fields()},
         ),
     )

@@ -15,6 +15,7 @@ from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
+from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 
@@ -33,8 +34,7 @@ class HunyuanVideoAdapter(ComponentAccess):
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
-    takes_negative_prompt = False  # embedded guidance: no negative branch
-    takes_image = needs_image = False
+    capabilities = Capabilities()  # embedded guidance: no negative branch
 
     def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
                  vae_tiling: str = "auto"):

@@ -15,6 +15,7 @@ import torch
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape
 from pipedit.attention.autotune import AttentionShape
+from pipedit.capabilities import Capabilities
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.guidance import GuidedPrediction
 
@@ -31,10 +32,9 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
     component_names = ("tokenizer", "text_encoder", "transformer", "vae")
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
-    takes_negative_prompt = True
-    takes_image = needs_image = False
+    # Skiparse layers need a head's whole sequence on one rank: Ulysses only, no ring.
+    capabilities = Capabilities(negative_prompt=True, ring=False)
     accepts_text_encoder_path = True
-    ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
     temporal_ratio = VAE_TEMPORAL  # frames per latent frame (the server lists 4k+1 frame counts)
 
     def __init__(self, components: dict, dit_config: dict, device, dtype: torch.dtype | None, vae_tiling: str = "auto"):

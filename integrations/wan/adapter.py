@@ -16,12 +16,14 @@ CFG parallel through the CFG seam, decode ranks and Aco through the engine.
 from __future__ import annotations
 
 import threading
+from dataclasses import replace
 
 import torch
 from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
+from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
@@ -42,9 +44,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
-    takes_negative_prompt = True
-    takes_image = needs_image = False  # image-to-video checkpoints set these at load
-    takes_guidance_scale_2 = False  # two-expert checkpoints set it at load
+    # Image-to-video and two-expert checkpoints widen these at load (image, needs_image, guidance_scale_2).
+    capabilities = Capabilities(negative_prompt=True)
     accepts_idle_expert = True  # load_adapter passes model.idle_expert
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
@@ -56,8 +57,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
         self.temporal_ratio = int(self.vae_config.get("scale_factor_temporal", 4))
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
         self.layout = layout
-        self.takes_image, self.needs_image = layout.takes_image, layout.needs_image
-        self.takes_guidance_scale_2 = layout.two_experts
+        self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
+                                    guidance_scale_2=layout.two_experts)
         self.expert_set = None  # the denoise ranks' experts (dit loaded)
         # Hazard: AutoencoderKLWan keeps its causal feature caches on the module and every encode
         # and decode resets both (clear_cache); the text rank encodes the next request's image in a
@@ -116,7 +117,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
             "prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device),
             "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, negative, self.device),
         }
-        if image is not None or self.needs_image:
+        if image is not None or self.capabilities.needs_image:
             cond.update(self.encode_image(image, shape))
         return cond
 
@@ -127,7 +128,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
             return self._encode_image(image, shape)
 
     def _encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
-        if not self.takes_image:
+        if not self.capabilities.image:
             raise InvalidRequestError("this wan checkpoint is text-to-video: it takes no image")
         if image is None or shape is None:
             raise InvalidRequestError("this wan checkpoint is image-to-video: the request needs an image")

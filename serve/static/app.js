@@ -76,6 +76,48 @@ function fillForm(opts) {
   $("mode").textContent = opts.needs_image ? "Image" : opts.takes_image ? "Text or image" : "Text";
   $("image-hint").textContent = `${(opts.image_formats || []).join(", ")}; up to ` +
     `${(opts.max_image_pixels || 0).toLocaleString("en")} pixels` + (opts.needs_image ? "; required" : "; optional");
+  $("more-fields").replaceChildren(...moreFields(opts).map(fieldInput));
+}
+
+// Generation fields without a hand-made input above (guidance, fps, step cache, ...): one input
+// each, from the field's description in the options, sent under its API name when filled in.
+function moreFields(opts) {
+  const handMade = (name) => {
+    const input = document.getElementById(name);
+    return input !== null && !input.closest("#more-fields");
+  };
+  return (opts.fields || []).filter((f) => f.type !== "file" && !handMade(f.name));
+}
+
+function fieldInput(f) {
+  const box = document.createElement("div");
+  box.className = "field";
+  const label = document.createElement("label");
+  label.htmlFor = f.name;
+  label.textContent = f.label || f.name;
+  label.title = f.description;
+  const input = document.createElement("input");
+  Object.assign(input, { id: f.name, name: f.param, title: f.description });
+  if (f.type === "string") input.type = "text";
+  else {
+    Object.assign(input, { type: "number", step: f.type === "integer" ? "1" : "any" });
+    if (f.minimum !== null) input.min = f.minimum;
+    if (f.maximum !== null) input.max = f.maximum;
+  }
+  if (f.default !== null) input.value = f.default;
+  else input.placeholder = "default";
+  input.required = !f.nullable;
+  box.append(label, input);
+  return box;
+}
+
+function moreValues(opts) {
+  const values = {};
+  for (const f of moreFields(opts)) {
+    const text = $(f.name).value.trim();
+    if (text) values[f.param] = f.type === "string" ? text : Number(text);
+  }
+  return values;
 }
 
 // -- the start image ------------------------------------------------------------------------
@@ -126,6 +168,7 @@ async function submit(event) {
     num_frames: Number($("num_frames").value),
     num_inference_steps: Number($("steps").value),
     seed: Number($("seed").value),
+    ...moreValues(options),
   };
   if (!$("negative-field").hidden && $("negative_prompt").value.trim()) body.negative_prompt = $("negative_prompt").value;
   const image = chosenImage();

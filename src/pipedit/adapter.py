@@ -12,7 +12,9 @@ from typing import Any, Protocol
 
 import torch
 
+from .capabilities import Capabilities
 from .errors import InvalidRequestError, ModelPathError
+from .fields import FIELDS
 
 # Model name (--model) -> "module:class" of the adapter, imported lazily.
 _MODELS: dict[str, str] = {
@@ -96,11 +98,10 @@ class ModelAdapter(Protocol):
     def validate(self, shape: VideoShape, steps: int) -> None:
         """Raises InvalidRequestError naming what is allowed."""
 
-    # What a request may carry besides its prompt (instance attributes: a Wan checkpoint's pipeline
-    # decides). check_inputs refuses the rest before any rank spends time on the request.
-    takes_negative_prompt: bool  # classifier-free guidance with a negative prompt
-    takes_image: bool  # image-to-video conditioning
-    needs_image: bool  # image-to-video only: a request without an image is refused
+    # What a request may carry besides its prompt and which parallel paths run (an instance's
+    # replaces the class's where the checkpoint decides, e.g. a Wan image-to-video pipeline).
+    # check_inputs refuses the rest before any rank spends time on the request.
+    capabilities: Capabilities
 
     def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image: Any = None,
                       shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
@@ -138,43 +139,33 @@ class ModelAdapter(Protocol):
         from outside the model code; returns the attention calls per forward it routed."""
 
 
-# Named in the refusal of an image by a model without image conditioning.
-IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
-
-
 class UnsupportedInputError(InvalidRequestError):
-    """A request input the model does not take; `param` names it (the API's 400 carries it)."""
+    """A request input the model does not take; `param` names its field (the API's 400 carries
+    the field's API name)."""
 
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
         self.param = param
 
 
-def check_inputs(adapter, *, negative_prompt: str | None, has_image: bool, guidance_scale_2: float | None = None,
-                 guidance_scale: float | None = None) -> None:
-    """Refuses a negative prompt, an image or a guidance_scale_2 the model cannot use, or a missing
-    required image; the message names the models that take it."""
+def check_inputs(adapter, **values) -> None:
+    """Refuses a value of a field (pipedit.fields) the model lacks the capability for, using the
+    field's own refusal, an image-to-video checkpoint's missing image, and a guidance_scale_2 that
+    cannot run with the request's guidance_scale. `values`: field name -> value (the image: its
+    bytes or its file), None or blank text counting as not given."""
     family = getattr(adapter, "family", "this model")
-    if guidance_scale_2 is not None:
-        _check_guidance_scale_2(adapter, family, guidance_scale_2, guidance_scale)
-    if negative_prompt is not None and negative_prompt.strip() and not getattr(adapter, "takes_negative_prompt", False):
-        raise UnsupportedInputError(
-            f"negative_prompt is not supported by {family} (it uses embedded guidance); leave it out, or serve a "
-            f"model with classifier-free guidance (wan, opensora-plan)", "negative_prompt")
-    if has_image and not getattr(adapter, "takes_image", False):
-        raise UnsupportedInputError(f"{family} with this checkpoint takes no image (it is text-to-video); image-to-"
-                                    f"video needs {IMAGE_MODELS}", "image")
-    if not has_image and getattr(adapter, "needs_image", False):
+    capabilities = getattr(adapter, "capabilities", Capabilities())  # no model known: none of them
+    for name, value in values.items():
+        spec = FIELDS[name]
+        if spec.capability is None or value is None or (isinstance(value, str) and not value.strip()):
+            continue
+        if not getattr(capabilities, spec.capability):
+            raise UnsupportedInputError(spec.refusal.format(family=family), name)
+    if values.get("image") is None and capabilities.needs_image:
         raise UnsupportedInputError(f"this {family} checkpoint is image-to-video: send an image (png, jpeg or webp) "
                                     f"with the prompt", "image")
-
-
-def _check_guidance_scale_2(adapter, family: str, scale_2: float, scale: float | None) -> None:
-    if not getattr(adapter, "takes_guidance_scale_2", False):
-        raise UnsupportedInputError(
-            f"guidance_scale_2 applies to two-expert checkpoints only (Wan2.2 A14B: transformer_2 and "
-            f"boundary_ratio); this {family} checkpoint has one transformer: leave it out", "guidance_scale_2")
-    if scale is not None and scale > 1 and scale_2 < 1:
+    scale, scale_2 = values.get("guidance_scale"), values.get("guidance_scale_2")
+    if scale_2 is not None and scale is not None and scale > 1 and scale_2 < 1:
         # One scale <= 1 means "no guidance" at every step; below 1 the low-noise steps would need
         # both branches combined with a weight under 1, which pipedit's per-step seam does not run.
         raise UnsupportedInputError(
@@ -279,6 +270,6 @@ def shape_validator(path: str | Path, model: str | None = None):
 
 def model_inputs(path: str | Path, model: str | None = None):
     """The model's adapter built from its configs only (no weights load, parts=frozenset()): its
-    `validate` and the inputs it takes (takes_negative_prompt, takes_image, needs_image), for
+    `validate` and the inputs it takes (its `capabilities`), for
     check_inputs before any model loads."""
     return adapter_class_for(path, model).from_pretrained(path, parts=frozenset())

@@ -11,6 +11,7 @@ import torch
 import yaml
 
 from .errors import UserInputError
+from .fields import config_fields
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -143,6 +144,10 @@ class ParallelConfig:
 
 @dataclass(frozen=True)
 class GenerationDefaults:
+    """The `generation` section: defaults of the generation fields a request leaves out (their
+    meaning, bounds and checks are declared once in pipedit.fields; tests/test_fields.py keeps
+    this list equal to the declared config fields)."""
+
     height: int = 128
     width: int = 128
     num_frames: int = 17
@@ -151,17 +156,16 @@ class GenerationDefaults:
     guidance_scale_2: float | None = None  # two-expert Wan2.2: the low-noise expert's scale; None: guidance_scale
     seed: int = 0
     fps: int = 24
-    # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md).
-    # Parsed at construction; kept in its canonical string form (cache_spec holds the parsed spec).
+    # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md),
+    # kept in its canonical string form (cache_spec holds the parsed spec).
     cache: str = "none"
 
     def __post_init__(self):
-        from .cache.spec import parse_cache
-
-        object.__setattr__(self, "cache", str(parse_cache(self.cache)))
-        scale_2 = self.guidance_scale_2
-        if scale_2 is not None and (isinstance(scale_2, bool) or not isinstance(scale_2, (int, float)) or scale_2 < 0):
-            raise UserInputError(f"generation.guidance_scale_2 must be a number >= 0 or null, got {scale_2!r}")
+        for spec in config_fields():
+            value, name = getattr(self, spec.name), f"generation.{spec.name}"
+            if value is None and spec.default is not None:  # null is a request's "the server's default"
+                raise UserInputError(f"{name} must be set (default {spec.default!r}), got null")
+            object.__setattr__(self, spec.name, spec.check(value, called=name))
 
     @property
     def cache_spec(self):

@@ -11,10 +11,14 @@ import torch
 
 from .adapter import VideoShape
 from .errors import InvalidRequestError
+from .fields import request_fields
 
 
 @dataclass(frozen=True)
 class VideoRequest:
+    """One video to generate. Its generation fields are declared in pipedit.fields (defaults,
+    bounds, meaning); each is checked there at construction, as every interface checks it."""
+
     prompt: str
     height: int = 128
     width: int = 128
@@ -23,32 +27,19 @@ class VideoRequest:
     guidance_scale: float = 6.0
     seed: int = 0
     request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    cache: str | None = None  # step cache (none, fbcache:T, teacache:T); None: the engine's generation.cache
+    cache: str | None = None  # None: the engine's generation.cache
     negative_prompt: str | None = None  # None: the model's own default (models with classifier-free guidance)
-    # Image-to-video: the conditioning image's encoded file bytes (png, jpeg or webp; checked by
-    # pipedit.images.load_image where it enters pipedit). Bytes, not pixels: small to send to a rank.
-    image: bytes | None = field(default=None, repr=False)
-    # Two-expert models (Wan2.2 A14B): the low-noise expert's guidance scale; None: guidance_scale.
-    guidance_scale_2: float | None = None
+    image: bytes | None = field(default=None, repr=False)  # image-to-video: the image file's bytes
+    guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
 
     def __post_init__(self):
-        if self.cache is not None:
-            from .cache.spec import parse_cache
+        for spec in request_fields():
+            value = spec.check(getattr(self, spec.name), error=InvalidRequestError)
+            object.__setattr__(self, spec.name, value)
 
-            object.__setattr__(self, "cache", str(parse_cache(self.cache, InvalidRequestError)))
-        if not isinstance(self.prompt, str) or not self.prompt.strip():
-            raise InvalidRequestError("prompt must be a non-empty string")
-        if self.steps < 1:
-            raise InvalidRequestError(f"steps must be at least 1, got {self.steps}")
-        if self.guidance_scale < 0:
-            raise InvalidRequestError(f"guidance_scale must be >= 0, got {self.guidance_scale}")
-        if self.guidance_scale_2 is not None and not self.guidance_scale_2 >= 0:
-            raise InvalidRequestError(f"guidance_scale_2 must be >= 0 (or left out: guidance_scale), "
-                                      f"got {self.guidance_scale_2}")
-        if self.negative_prompt is not None and not isinstance(self.negative_prompt, str):
-            raise InvalidRequestError(f"negative_prompt must be a string, got {type(self.negative_prompt).__name__}")
-        if self.image is not None and (not isinstance(self.image, (bytes, bytearray)) or not self.image):
-            raise InvalidRequestError("image must be the non-empty bytes of a png, jpeg or webp file")
+    def field_values(self) -> dict:
+        """The generation fields this request carries (pipedit.fields), by name."""
+        return {spec.name: getattr(self, spec.name) for spec in request_fields()}
 
     @property
     def shape(self) -> VideoShape:

@@ -10,6 +10,7 @@ import struct
 import zlib
 
 from pipedit.adapter import check_video_shape
+from pipedit.capabilities import Capabilities
 
 
 def image_bytes(fmt: str = "png", size: tuple[int, int] = (40, 24), color=(200, 40, 10)) -> bytes:
@@ -58,8 +59,8 @@ class ImageModel:
     temporal_ratio = 4
 
     def __init__(self, takes_image=True, needs_image=False, takes_negative_prompt=True, takes_guidance_scale_2=False):
-        self.takes_image, self.needs_image = takes_image, needs_image
-        self.takes_negative_prompt, self.takes_guidance_scale_2 = takes_negative_prompt, takes_guidance_scale_2
+        self.capabilities = Capabilities(image=takes_image, needs_image=needs_image,
+                                         negative_prompt=takes_negative_prompt, guidance_scale_2=takes_guidance_scale_2)
 
     def validate(self, shape, steps) -> None:
         check_video_shape(shape, steps, size_multiple=16, frame_stride=4, model=self.family)

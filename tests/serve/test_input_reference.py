@@ -10,7 +10,7 @@ import pytest
 
 from image_inputs import ImageModel, data_url, image_bytes, multipart, png_header_only
 from idle_app import raw_request
-from pipedit.adapter import IMAGE_MODELS
+from pipedit.fields import IMAGE_MODELS
 from pipedit.config import GenerationDefaults
 from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService

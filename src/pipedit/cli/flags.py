@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import argparse
 
+from ..errors import UserInputError
+from ..fields import FIELDS, GenerationField, config_fields
+
 
 def integer(text: str) -> int:
     # Range checks belong to the request and config validation, which name what is allowed.
@@ -32,15 +35,8 @@ def add_engine_flags(p, seed_help: str) -> None:
                                         "v1.3 layout (default: the embedded demo model)")
     add_model_flags(p)
     p.add_argument("--config", help="YAML engine config (see configs/); flags override it")
-    p.add_argument("--height", type=integer)
-    p.add_argument("--width", type=integer)
-    p.add_argument("--num-frames", type=integer)
-    p.add_argument("--steps", type=integer, help="denoising steps")
-    p.add_argument("--guidance-scale", type=float, help="embedded guidance scale (HunyuanVideo default 6.0)")
-    p.add_argument("--guidance-scale-2", type=float, help="two-expert Wan2.2 (A14B): the low-noise expert's "
-                                                          "guidance scale (default: --guidance-scale)")
-    p.add_argument("--seed", type=integer, help=seed_help)
-    p.add_argument("--fps", type=integer)
+    for spec in config_fields():
+        add_field_flag(p, spec, help=seed_help if spec.name == "seed" else None)
     p.add_argument("--ulysses", type=integer, help="Ulysses sequence-parallel degree")
     p.add_argument("--ring", type=integer, help="Ring sequence-parallel degree")
     p.add_argument("--pipesp-chunk", type=pipesp_chunk, help="heads per PipeSP chunk: N, auto or off")
@@ -49,7 +45,6 @@ def add_engine_flags(p, seed_help: str) -> None:
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_compile_flag(p)
-    add_cache_flag(p)
     add_pipeline_flags(p)
 
 
@@ -60,21 +55,29 @@ def add_compile_flag(p, help: str | None = None) -> None:
                                 "the first step of each new shape pays the compile time)")
 
 
-def cache_setting(text: str) -> str:
-    from ..cache.spec import parse_cache
-    from ..errors import UserInputError
+def add_field_flag(p, spec: GenerationField, help: str | None = None) -> None:
+    """`--<name>` of a generation field (pipedit.fields), parsed by its type; its value is checked
+    where the config or the request takes it, so that the words are every interface's. Fields
+    with a canonical form (cache) are checked here already: argparse names the flag."""
+    if spec.canonical is not None:
+        def parse(text: str):
+            try:
+                return spec.check(text)
+            except UserInputError as error:
+                raise argparse.ArgumentTypeError(str(error)) from None
+    else:
+        parse = {int: integer, float: float, str: str}[spec.kind]
+    p.add_argument(spec.flag, type=parse, help=help or spec.description)
 
-    try:
-        return str(parse_cache(text))
-    except UserInputError as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+
+def request_only_flags() -> list[GenerationField]:
+    """Fields with a flag and no config default (`generate --negative-prompt`): one request's."""
+    return [spec for spec in FIELDS.values() if spec.cli and not spec.in_config]
 
 
 def add_cache_flag(p) -> None:
-    """--cache, shared by generate, render, serve and bench pipeline (config generation.cache)."""
-    p.add_argument("--cache", type=cache_setting,
-                   help="step caching: none, fbcache:T (First-Block Cache) or teacache:T (HunyuanVideo); "
-                        "T = 0 never skips (see docs/caching.md)")
+    """--cache, shared by generate, render, serve and the benches (config generation.cache)."""
+    add_field_flag(p, FIELDS["cache"])
 
 
 def add_model_flags(p) -> None:
@@ -123,11 +126,7 @@ def engine_config(args):
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
                                    cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)
-    return config.with_overrides(
-        "generation", height=args.height, width=args.width, num_frames=args.num_frames, steps=args.steps,
-        guidance_scale=args.guidance_scale, guidance_scale_2=args.guidance_scale_2, seed=args.seed, fps=args.fps,
-        cache=args.cache,
-    )
+    return config.with_overrides("generation", **{spec.name: getattr(args, spec.name) for spec in config_fields()})
 
 
 def pipeline_overrides(config, args):

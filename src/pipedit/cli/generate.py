@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .flags import add_engine_flags, engine_config
+from .flags import add_engine_flags, add_field_flag, engine_config, request_only_flags
 
 
 def add_parser(sub) -> None:
@@ -13,8 +13,8 @@ def add_parser(sub) -> None:
     p.add_argument("--output", required=True, help="path of the mp4 to write")
     p.add_argument("--image", help="image-to-video: the first frame's image (png, jpeg or webp), for models that "
                                    "take one (wan with an image-to-video checkpoint)")
-    p.add_argument("--negative-prompt", help="what the video should not show, for models with classifier-free "
-                                             "guidance (wan, opensora-plan); default: the model's own")
+    for spec in request_only_flags():  # --negative-prompt
+        add_field_flag(p, spec)
     p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
     add_engine_flags(p, seed_help="seed of the CPU torch.Generator that draws the initial noise")
     p.set_defaults(run=run)
@@ -24,7 +24,7 @@ def run(args) -> int:
     from ..render.single import generate_to_file
 
     output = generate_to_file(engine_config(args), args.prompt, Path(args.output), args.save_latents,
-                              negative_prompt=args.negative_prompt,
-                              image_path=Path(args.image) if args.image else None)
+                              image_path=Path(args.image) if args.image else None,
+                              **{spec.name: getattr(args, spec.name) for spec in request_only_flags()})
     print(output.resolve())
     return 0

@@ -32,18 +32,17 @@ def read_image_file(path: Path, what: str = "image") -> bytes:
 
 
 def model_checker(model_path: str | Path, model: str | None):
-    """check(shape, steps, negative_prompt, has_image, guidance_scale_2, guidance_scale): the
-    model's own shape checks and pipedit.adapter.check_inputs, from the checkpoint's configs only
-    (no weights load)."""
-    from ..adapter import check_inputs, model_inputs
+    """check(values): the model's own shape checks and pipedit.adapter.check_inputs on a request's
+    generation fields (`values`: a VideoRequest's, or a render line's settings, the image as its
+    bytes or its file), from the checkpoint's configs only (no weights load)."""
+    from ..adapter import VideoShape, check_inputs, model_inputs
+    from ..fields import FIELDS
 
     adapter = model_inputs(model_path, model)
 
-    def check(shape, steps: int, negative_prompt: str | None, has_image: bool, guidance_scale_2: float | None = None,
-              guidance_scale: float | None = None) -> None:
-        adapter.validate(shape, steps)
-        check_inputs(adapter, negative_prompt=negative_prompt, has_image=has_image, guidance_scale_2=guidance_scale_2,
-                     guidance_scale=guidance_scale)
+    def check(values: dict) -> None:
+        adapter.validate(VideoShape(values["height"], values["width"], values["num_frames"]), values["steps"])
+        check_inputs(adapter, **{name: values.get(name) for name in FIELDS})
 
     return check
 

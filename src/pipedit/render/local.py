@@ -13,9 +13,9 @@ import threading
 import time
 from pathlib import Path
 
-from ..adapter import VideoShape
 from ..config import EngineConfig
 from ..errors import UserInputError
+from ..fields import request_fields
 from ..request import RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from ..video import VideoWriteError, write_mp4
 from .batch import Batch
@@ -37,24 +37,14 @@ def line_validator(config: EngineConfig) -> Validator:
     takes the line's negative prompt and image (pipedit.adapter.check_inputs; no weights load)."""
     from .inputs import config_checker
 
-    check_model = config_checker(config)
-
-    def check(settings: dict) -> None:
-        check_model(VideoShape(settings["height"], settings["width"], settings["num_frames"]), settings["steps"],
-                    settings.get("negative_prompt"), settings.get("image") is not None,
-                    settings.get("guidance_scale_2"), settings["guidance_scale"])
-
-    return check
+    return config_checker(config)
 
 
 def request_for(line: RenderLine) -> VideoRequest:
     """UserInputError when the line's image changed since the prompts file was read (its key
     and manifest entry describe the image read then)."""
-    s = line.settings
-    return VideoRequest(prompt=s["prompt"], height=s["height"], width=s["width"], num_frames=s["num_frames"],
-                        steps=s["steps"], guidance_scale=s["guidance_scale"], seed=s["seed"], cache=s.get("cache"),
-                        negative_prompt=s.get("negative_prompt"), image=line_image(s),
-                        guidance_scale_2=s.get("guidance_scale_2"))
+    values = {spec.name: line.settings.get(spec.name) for spec in request_fields()}
+    return VideoRequest(**dict(values, image=line_image(line.settings)))
 
 
 class LocalRunner:

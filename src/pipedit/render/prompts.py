@@ -19,17 +19,12 @@ from pathlib import Path
 
 from ..config import GenerationDefaults
 from ..errors import UserInputError
+from ..fields import FIELDS
 
-# Keys a JSONL line may carry; anything else is an error (a typo must not silently use a default).
-LINE_KEYS = ("prompt", "name", "size", "height", "width", "num_frames", "steps", "seed",
-             "guidance_scale", "guidance_scale_2", "fps", "negative_prompt", "image", "cache")
-_INT_KEYS = ("height", "width", "num_frames", "steps", "seed", "fps")
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
-HASHED = ("prompt", "height", "width", "num_frames", "steps", "seed", "guidance_scale", "fps", "model", "cache",
-          "negative_prompt", "image_sha256", "guidance_scale_2")
-# Settings a line has only when it gives them; lines without them keep the keys they had before.
-_OPTIONAL = ("negative_prompt", "image", "image_sha256", "guidance_scale_2")
+# Besides the keyed generation fields, a line's key holds the model and its image's content.
+_KEYED_BESIDES_FIELDS = ("model", "image_sha256")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
 
@@ -50,13 +45,20 @@ class RenderLine:
         return f"{self.name}.mp4"
 
 
+def line_keys() -> tuple[str, ...]:
+    """Keys a JSONL line may carry: its name, `size` ("WxH", or height and width) and every
+    generation field (pipedit.fields). Anything else is an error: a typo must not silently use a
+    default."""
+    return ("name", "size", *FIELDS)
+
+
 def settings_key(settings: dict) -> str:
-    picked = {k: settings.get(k) for k in HASHED}
-    if picked["cache"] in (None, "none"):  # uncached lines keep the keys they had before caching existed
-        del picked["cache"]
-    for k in _OPTIONAL:  # the image counts by its content (image_sha256), not by where it lies
-        if picked.get(k) is None:
-            picked.pop(k, None)
+    """A hash of everything that changes the video: the keyed fields, the model and the image's
+    content (not where it lies). A field at one of its `absent` values is left out, so lines keep
+    the keys they had before that field existed."""
+    picked = {spec.name: settings.get(spec.name) for spec in FIELDS.values()
+              if spec.keyed and settings.get(spec.name) not in spec.absent}
+    picked.update((k, settings[k]) for k in _KEYED_BESIDES_FIELDS if settings.get(k) is not None)
     return hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -100,7 +102,7 @@ def _resolve(number: int, text: str, jsonl: bool, defaults: GenerationDefaults, 
         given = _parse(text) if jsonl else {"prompt": text}
         line.name = _name(number, given)
         line.settings = _settings(given, defaults, model)
-        line.settings.update(_inputs(given, folder, defaults))
+        line.settings.update(_image(given, folder))
         if validate is not None:
             validate(line.settings)
     except UserInputError as error:
@@ -115,9 +117,9 @@ def _parse(text: str) -> dict:
         raise UserInputError(f"invalid JSON ({error.msg} at column {error.colno})") from None
     if not isinstance(given, dict):
         raise UserInputError('each line must be a JSON object such as {"prompt": "..."}')
-    unknown = sorted(set(given) - set(LINE_KEYS))
+    unknown = sorted(set(given) - set(line_keys()))
     if unknown:
-        raise UserInputError(f"unknown keys {unknown}; allowed: {', '.join(LINE_KEYS)}")
+        raise UserInputError(f"unknown keys {unknown}; allowed: {', '.join(line_keys())}")
     return given
 
 
@@ -134,55 +136,39 @@ def _name(number: int, given: dict) -> str:
 
 
 def _settings(given: dict, defaults: GenerationDefaults, model: str) -> dict:
+    """Every generation field of the line, its own value over the run's default, checked as every
+    interface checks it (pipedit.fields). A field without a value (nullable, none given) is left
+    out, as are the image's (see _image)."""
     prompt = given.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserInputError('missing prompt: each line needs a non-empty "prompt" string')
-    for key in _INT_KEYS:
-        if key in given and (not isinstance(given[key], int) or isinstance(given[key], bool)):
-            raise UserInputError(f"{key} must be an integer, got {given[key]!r}")
-    if "guidance_scale" in given and not isinstance(given["guidance_scale"], (int, float)):
-        raise UserInputError(f"guidance_scale must be a number, got {given['guidance_scale']!r}")
     width, height = _size(given, defaults)
-    return {
-        "prompt": prompt, "height": height, "width": width,
-        "num_frames": given.get("num_frames", defaults.num_frames), "steps": given.get("steps", defaults.steps),
-        "seed": given.get("seed", defaults.seed), "fps": given.get("fps", defaults.fps),
-        "guidance_scale": float(given.get("guidance_scale", defaults.guidance_scale)), "model": model,
-        "cache": _cache(given.get("cache", defaults.cache)),
-    }
+    values = dict(given, width=width, height=height)
+    settings = {}
+    for spec in FIELDS.values():
+        if spec.kind is bytes:
+            continue
+        value = values.get(spec.name, getattr(defaults, spec.name) if spec.in_config else None)
+        value = spec.check(value)
+        if value is not None:
+            settings[spec.name] = value
+    settings["model"] = model
+    return settings
 
 
-def _inputs(given: dict, folder: Path, defaults: GenerationDefaults) -> dict:
-    """negative_prompt, guidance_scale_2 and image, when the line (or, for guidance_scale_2, the
-    defaults) gives them; whether the model takes them is the validator's question. The image is
-    read and decoded now: a bad file fails its line at once."""
-    inputs = {}
-    negative = given.get("negative_prompt")
-    if negative is not None:
-        if not isinstance(negative, str):
-            raise UserInputError(f"negative_prompt must be a string, got {negative!r}")
-        inputs["negative_prompt"] = negative
-    scale_2 = given.get("guidance_scale_2", defaults.guidance_scale_2)
-    if scale_2 is not None:
-        if isinstance(scale_2, bool) or not isinstance(scale_2, (int, float)):
-            raise UserInputError(f"guidance_scale_2 must be a number, got {scale_2!r}")
-        inputs["guidance_scale_2"] = float(scale_2)
+def _image(given: dict, folder: Path) -> dict:
+    """The line's image, when it gives one: its path (relative to the prompts file) and digest.
+    It is read and decoded now, so that a bad file fails its line at once; whether the model
+    takes it is the validator's question."""
     image = given.get("image")
-    if image is not None:
-        if not isinstance(image, str) or not image.strip():
-            raise UserInputError(f'image must be a file path (relative to the prompts file), got {image!r}')
-        from .inputs import read_image_file
+    if image is None:
+        return {}
+    if not isinstance(image, str) or not image.strip():
+        raise UserInputError(f'image must be a file path (relative to the prompts file), got {image!r}')
+    from .inputs import read_image_file
 
-        path = (folder / image).resolve()  # an absolute `image` stays as it is
-        inputs["image"] = str(path)
-        inputs["image_sha256"] = hashlib.sha256(read_image_file(path)).hexdigest()
-    return inputs
-
-
-def _cache(value) -> str:
-    from ..cache.spec import parse_cache
-
-    return str(parse_cache(value))
+    path = (folder / image).resolve()  # an absolute `image` stays as it is
+    return {"image": str(path), "image_sha256": hashlib.sha256(read_image_file(path)).hexdigest()}
 
 
 def _size(given: dict, defaults: GenerationDefaults) -> tuple[int, int]:

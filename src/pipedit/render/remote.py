@@ -27,6 +27,7 @@ from collections import deque
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..fields import api_fields
 from ..video import VideoWriteError, fsync_file, publish, temp_name, verify_mp4
 from . import multipart
 from .batch import Batch
@@ -56,16 +57,11 @@ def model_identity(endpoint: str) -> str:
 
 
 def create_body(line: RenderLine) -> dict:
+    """The line's generation fields under their API names; a field at one of its `absent` values
+    (none given; cache none) is left out, so that servers from before it existed take the line."""
     s = line.settings
-    body = {"prompt": s["prompt"], "size": f"{s['width']}x{s['height']}", "num_frames": s["num_frames"],
-            "num_inference_steps": s["steps"], "seed": s["seed"], "guidance_scale": s["guidance_scale"],
-            "fps": s["fps"]}
-    if s.get("cache", "none") != "none":  # sent only when asked for: servers without caching refuse the field
-        body["cache"] = s["cache"]
-    for optional in ("negative_prompt", "guidance_scale_2"):
-        if s.get(optional) is not None:
-            body[optional] = s[optional]
-    return body
+    body = {spec.api: s[spec.name] for spec in api_fields() if s.get(spec.name) not in spec.absent}
+    return dict(body, size=f"{s['width']}x{s['height']}")
 
 
 def create_request(line: RenderLine) -> tuple[bytes, str]:

@@ -10,17 +10,17 @@ from tqdm import tqdm
 
 from ..config import EngineConfig
 from ..errors import UserInputError
+from ..fields import request_fields
 from ..request import RequestEvent, RequestStatus, VideoRequest
 from ..video import write_mp4
 from .inputs import config_checker, read_image_file
 
 
-def request_from_config(config: EngineConfig, prompt: str, *, negative_prompt: str | None = None,
-                        image: bytes | None = None) -> VideoRequest:
-    g = config.generation
-    return VideoRequest(prompt=prompt, height=g.height, width=g.width, num_frames=g.num_frames,
-                        steps=g.steps, guidance_scale=g.guidance_scale, guidance_scale_2=g.guidance_scale_2,
-                        seed=g.seed, negative_prompt=negative_prompt, image=image)
+def request_from_config(config: EngineConfig, prompt: str, **values) -> VideoRequest:
+    """The config's generation defaults, `values` (request fields such as negative_prompt, image)
+    over them."""
+    defaults = {spec.name: getattr(config.generation, spec.name) for spec in request_fields() if spec.in_config}
+    return VideoRequest(prompt=prompt, **defaults, **values)
 
 
 def _check_output(output: Path) -> None:
@@ -38,14 +38,14 @@ def _show(bar: tqdm, event: RequestEvent) -> None:
 
 
 def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None, *,
-                     negative_prompt: str | None = None, image_path: Path | None = None) -> Path:
+                     image_path: Path | None = None, **values) -> Path:
     """Everything the user gave is checked before any weights load: the output name, the image
-    file, the request, and what the model takes (its configs only)."""
+    file, the request, and what the model takes (its configs only). `values`: request fields
+    that have no config default (negative_prompt)."""
     _check_output(output)
     image = read_image_file(image_path, "--image") if image_path is not None else None
-    request = request_from_config(config, prompt, negative_prompt=negative_prompt, image=image)
-    config_checker(config)(request.shape, request.steps, request.negative_prompt, request.image is not None,
-                           request.guidance_scale_2, request.guidance_scale)
+    request = request_from_config(config, prompt, image=image, **values)
+    config_checker(config)(request.field_values())
     from ..runtime.engine import Engine
 
     with Engine(config) as engine:

@@ -36,7 +36,7 @@ class CalibrationWorker(DenoiseWorker):
     def measure(self, model_path: str, request: VideoRequest) -> dict:
         """T_denoise (CALIBRATION_STEPS timed forwards scaled to the step count) and T_decode."""
         self.setup(model_path)
-        request = placeholder_for(request, getattr(self.adapter, "needs_image", False))  # image-to-video
+        request = placeholder_for(request, self.adapter.capabilities.needs_image)  # image-to-video
         self.begin(request, self.encode_prompt(request))
         self.step()  # warm-up
         start = time.perf_counter()

@@ -55,8 +55,8 @@ class Engine:
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self._model_path = model_path
-        self.needs_image = model_inputs(model_path, config.model.name).needs_image  # image-to-video checkpoints
-        if self.layout.ring > 1 and not getattr(adapter_class, "ring_attention", True):
+        self.needs_image = model_inputs(model_path, config.model.name).capabilities.needs_image  # image-to-video
+        if self.layout.ring > 1 and not adapter_class.capabilities.ring:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)

@@ -96,14 +96,13 @@ class RankWorker:
         """On the rank holding the text encoders; validates the request first (cheap, and before
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
-        check_inputs(self.adapter, negative_prompt=request.negative_prompt, has_image=request.image is not None,
-                     guidance_scale_2=request.guidance_scale_2, guidance_scale=request.guidance_scale)
+        check_inputs(self.adapter, **request.field_values())
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
         inputs = {}
         # check_inputs lets a blank negative prompt through for models without one (it asks for
         # nothing); their encode_prompt takes no such argument.
-        if request.negative_prompt is not None and getattr(self.adapter, "takes_negative_prompt", False):
+        if request.negative_prompt is not None and self.adapter.capabilities.negative_prompt:
             inputs["negative_prompt"] = request.negative_prompt
         if request.image is not None:  # the image condition depends on the video's size and frames
             inputs.update(image=load_image(request.image), shape=request.shape)

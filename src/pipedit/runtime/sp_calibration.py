@@ -42,7 +42,7 @@ def measure_sp_step(config: EngineConfig, model_path: str, request: VideoRequest
                        pipesp_chunk="off", aco="off")
     model = replace(config.model, path=model_path)
     timed = replace(request, steps=WARMUP_STEPS + TIMED_STEPS, cache="none")  # every timed step computes
-    timed = placeholder_for(timed, model_inputs(model_path, config.model.name).needs_image)
+    timed = placeholder_for(timed, model_inputs(model_path, config.model.name).capabilities.needs_image)
     started_ray = ensure_ray(SP_RANKS)
     try:
         with Engine(replace(config, model=model, parallel=parallel)) as engine:

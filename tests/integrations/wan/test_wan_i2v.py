@@ -89,7 +89,7 @@ def test_i2v_latents_equal_diffusers_with_and_without_a_negative_prompt(engine, 
 
 def test_the_condition_holds_the_image_embedding_and_the_first_frame_channels(tiny_i2v, image_bytes):
     adapter = load_adapter(tiny_i2v, parts={"text"})
-    assert adapter.takes_image and adapter.needs_image
+    assert adapter.capabilities.image and adapter.capabilities.needs_image
     from pipedit.adapter import VideoShape
 
     cond = adapter.encode_prompt(PROMPT, image=load_image(image_bytes), shape=VideoShape(HEIGHT, WIDTH, FRAMES))
@@ -122,9 +122,9 @@ def test_text_to_video_refuses_an_image_naming_the_models_that_take_one(tiny_i2v
     from pipedit.adapter import check_inputs
 
     t2v = load_adapter(_variant(tiny_i2v, tmp_path, _class_name="WanPipeline"), parts=set())
-    assert not t2v.takes_image and t2v.takes_negative_prompt
+    assert not t2v.capabilities.image and t2v.capabilities.negative_prompt
     with pytest.raises(UnsupportedInputError, match="WanImageToVideoPipeline"):
-        check_inputs(t2v, negative_prompt=None, has_image=True)
+        check_inputs(t2v, negative_prompt=None, image=b"an image")
 
 
 @pytest.mark.parametrize("changes,message", [
@@ -147,7 +147,7 @@ def test_ti2v_latents_equal_diffusers_with_and_without_an_image(tmp_path_factory
     path = write_demo_checkpoint(tmp_path_factory.mktemp("wan-ti2v") / "tiny", dims, preset="ti2v")
     size = {"height": 32, "width": 64, "num_frames": 5, "guidance_scale": 5.0}  # multiples of 32: 16x VAE, 2x2 patches
     with Engine(EngineConfig(model=ModelConfig(path=str(path)))) as engine:
-        assert engine.executor.worker.adapter.takes_image and not engine.executor.worker.adapter.needs_image
+        assert engine.executor.worker.adapter.capabilities.image and not engine.executor.worker.adapter.capabilities.needs_image
         text_only = engine.generate(VideoRequest(PROMPT, steps=STEPS, seed=3, **size))
         with_image = engine.generate(VideoRequest(PROMPT, steps=STEPS, seed=3, image=image_bytes,
                                                   negative_prompt="blurry", **size))

@@ -1,0 +1,19 @@
+"""What a model takes besides a prompt and a shape, and which parallel paths it runs: declared by
+each adapter (a class attribute for the family, replaced per checkpoint where the checkpoint
+decides, e.g. a Wan image-to-video pipeline), read by the engine, check_inputs and the options
+route instead of probing the adapter for attributes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    negative_prompt: bool = False  # classifier-free guidance with a negative prompt
+    image: bool = False  # image-to-video conditioning
+    needs_image: bool = False  # image-to-video only: a request without an image is refused
+    guidance_scale_2: bool = False  # two experts, the low-noise one with its own guidance scale
+    # Ring attention (a head's sequence split over ranks); sparse layers that attend over a head's
+    # whole sequence on one rank (OpenSoraPlan's Skiparse) cannot.
+    ring: bool = True

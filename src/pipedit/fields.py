@@ -1,0 +1,185 @@
+"""The generation fields: what one video request may set, declared once.
+
+Every interface derives its part from this table: `VideoRequest` and the config's `generation`
+defaults are checked against it (tests/test_fields.py), the CLI's flags, the render JSONL keys and
+a line's identity, the API's create schema and the response's echo, the options route and the
+page's form are built from it. Each field has one validation (`GenerationField.check`), so every
+interface refuses a bad value with the same words; only the name differs, the one the value came
+by (`num_inference_steps` in the API is `steps` everywhere else).
+
+Adding a field: its entry below, plus the code that consumes it (an adapter, the denoising loop).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .errors import UserInputError
+
+
+def _canonical_cache(value: Any) -> str:
+    from .cache.spec import parse_cache
+
+    return str(parse_cache(value))
+
+
+@dataclass(frozen=True)
+class GenerationField:
+    name: str  # VideoRequest attribute, config `generation.<name>`, render JSONL key
+    kind: type  # int, float or str
+    default: Any  # the config's default (None: the model's own, or the field it falls back to)
+    description: str  # the API's description and the CLI's help
+    low: float | None = None  # inclusive lower bound of a number
+    high: float | None = None  # inclusive upper bound everywhere (a server may bound it lower: `limit`)
+    limit: str | None = None  # the serve config's upper bound on a server (e.g. max_steps)
+    nullable: bool = False  # None allowed (the model's default, or another field's value)
+    # The adapter capability (pipedit.capabilities.Capabilities) a model needs to take a value.
+    capability: str | None = None
+    # Part of a render line's identity. `absent`: values that leave a line's key as it was before
+    # the field existed, so that adding a field does not re-render every finished line.
+    keyed: bool = True
+    absent: tuple = (None,)
+    api_name: str | None = None  # the API's create field, when it differs from `name`
+    # `--<name>`: a config default's flag on every command that takes generation flags, else one
+    # request's on `generate`. Off: the interface has its own form (--prompt, --image FILE).
+    cli: bool = True
+    in_config: bool = True  # a `generation` default in the config; else only per request
+    in_request: bool = True  # VideoRequest carries it (fps only shapes the mp4, written afterwards)
+    form: bool = True  # a user choice on the page
+    label: str = ""  # the page's label
+    canonical: Callable[[Any], Any] | None = None  # the stored form of a valid value (cache: "fbcache:0.1")
+    nonempty: bool = False  # a string with more than blanks
+    refusal: str = ""  # with `capability`: the refusal of a model without it ({family}: the model's)
+    hint: str = ""  # said after what is allowed, in every refusal
+
+    @property
+    def api(self) -> str:
+        return self.api_name or self.name
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    def check(self, value: Any, *, called: str | None = None, high: float | None = None,
+              error: type[UserInputError] = UserInputError) -> Any:
+        """`value` in its canonical form, or `error` naming the field as `called` (the name it came
+        by) and what is allowed. `high`: a tighter upper bound (a server's limit)."""
+        name = called or self.name
+        if value is None and self.nullable:
+            return None
+        if self.kind is bytes:
+            if not isinstance(value, (bytes, bytearray)) or not value:
+                raise error(f"{name} must be the non-empty bytes of a file{self.hint}")
+            return value
+        if self.kind is str:
+            if not isinstance(value, str) or (self.nonempty and not value.strip()):
+                raise error(f"{name} must be a {'non-empty ' if self.nonempty else ''}string{self.hint}, got {value!r}")
+        else:
+            value = self._number(value, name, self._top(high), error)
+        if self.canonical is None:
+            return value
+        try:
+            return self.canonical(value)
+        except UserInputError as problem:
+            raise error(str(problem)) from None
+
+    def _top(self, high: float | None) -> float | None:
+        bounds = [b for b in (self.high, high) if b is not None]
+        return min(bounds) if bounds else None
+
+    def _number(self, value, name: str, top: float | None, error):
+        integer = self.kind is int
+        if isinstance(value, bool) or not (isinstance(value, int) if integer else
+                                           isinstance(value, (int, float)) and math.isfinite(value)):
+            allowed = self._range(top)
+            raise error(f"{name} must be {'an integer' if integer else 'a number'}"
+                        f"{f' ({allowed})' if allowed else ''}{self.hint}, got {value!r}")
+        if (self.low is not None and value < self.low) or (top is not None and value > top):
+            raise error(f"{name} must be {self._range(top)}{self.hint}, got {value!r}")
+        return value if integer else float(value)
+
+    def _range(self, top: float | None) -> str:
+        """Counts read "at least 1", real numbers ">= 0"."""
+        show = (lambda bound: f"{int(bound)}") if self.kind is int else (lambda bound: f"{bound:g}")
+        low = None if self.low is None else show(self.low)
+        if low is not None and top is not None:
+            return f"between {low} and {show(top)}"
+        if low is not None:
+            return f"at least {low}" if self.kind is int else f">= {low}"
+        if top is not None:
+            return f"at most {show(top)}" if self.kind is int else f"<= {show(top)}"
+        return ""
+
+
+# Named in the refusal of an image by a model without image conditioning.
+IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
+_STEPS = "Denoising steps."
+FIELDS: dict[str, GenerationField] = {f.name: f for f in (
+    GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
+                    hint=": describe the video to generate", label="Prompt"),
+    GenerationField("height", int, 128, "Video height in pixels (the API's size is WIDTHxHEIGHT).", low=1,
+                    limit="max_side", api_name="size", label="Height"),
+    GenerationField("width", int, 128, "Video width in pixels (the API's size is WIDTHxHEIGHT).", low=1,
+                    limit="max_side", api_name="size", label="Width"),
+    GenerationField("num_frames", int, 17, "Frame count (4k+1 for the causal video VAEs).", low=1,
+                    limit="max_frames", hint=", and 4*k+1 (1, 5, 9, ...) for a causal video VAE", label="Frames"),
+    GenerationField("steps", int, 10, _STEPS, low=1, limit="max_steps", api_name="num_inference_steps",
+                    label="Steps"),
+    GenerationField("guidance_scale", float, 6.0, "Classifier-free / embedded guidance scale.", low=0,
+                    limit="max_guidance_scale", label="Guidance"),
+    GenerationField("guidance_scale_2", float, None, "Two-expert models (Wan2.2 A14B): the low-noise expert's "
+                    "guidance scale; defaults to guidance_scale.", low=0, limit="max_guidance_scale",
+                    nullable=True, capability="guidance_scale_2", label="Guidance, low-noise expert",
+                    refusal="guidance_scale_2 applies to two-expert checkpoints only (Wan2.2 A14B: transformer_2 and "
+                            "boundary_ratio); this {family} checkpoint has one transformer: leave it out"),
+    GenerationField("seed", int, 0, "Seed of the initial noise.", low=0, high=2**63 - 1, label="Seed"),
+    GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,
+                    label="Frames per second"),
+    GenerationField("cache", str, "none", "Step caching: none, fbcache:T (First-Block Cache) or teacache:T "
+                    "(HunyuanVideo); T = 0 never skips (see docs/caching.md). Left out: generation.cache.", nullable=True, absent=(None, "none"), canonical=_canonical_cache,
+                    label="Step cache"),
+    GenerationField("negative_prompt", str, None, "What to steer away from, for models with classifier-free "
+                    "guidance (Wan, OpenSoraPlan); HunyuanVideo: must be empty.", nullable=True,
+                    capability="negative_prompt", in_config=False, label="Negative prompt",
+                    refusal="negative_prompt is not supported by {family} (it uses embedded guidance); leave it out, "
+                            "or serve a model with classifier-free guidance (wan, opensora-plan)"),
+    # Image-to-video: the conditioning image's encoded file bytes, checked by pipedit.images.load_image
+    # where they enter pipedit (a file path on the CLI and in render lines, `input_reference` in the API).
+    # Bytes, not pixels: small to send to a rank. Its render identity is its content (image_sha256).
+    GenerationField("image", bytes, None, "The image the video starts from (image-to-video).", nullable=True,
+                    capability="image", api_name="input_reference", in_config=False, keyed=False, cli=False,
+                    hint=" (png, jpeg or webp)", label="Start image",
+                    refusal="{family} with this checkpoint takes no image (it is text-to-video); image-to-video "
+                            "needs " + IMAGE_MODELS),
+)}
+
+
+def field(name: str) -> GenerationField:
+    return FIELDS[name]
+
+
+def config_fields() -> list[GenerationField]:
+    """The fields with a `generation` default in the config (and a flag overriding it)."""
+    return [f for f in FIELDS.values() if f.in_config]
+
+
+def request_fields() -> list[GenerationField]:
+    return [f for f in FIELDS.values() if f.in_request]
+
+
+def api_fields() -> list[GenerationField]:
+    """The fields of the API's create schema under their own name (height and width come as
+    `size`, the image as the `input_reference` upload)."""
+    return [f for f in FIELDS.values() if f.api_name != "size" and f.kind is not bytes]
+
+
+def keyed_names() -> list[str]:
+    return [f.name for f in FIELDS.values() if f.keyed]
+
+
+def check_values(values: dict, *, error: type[UserInputError] = UserInputError) -> dict:
+    """Every declared field among `values` checked (`FIELDS[name].check`); the canonical values."""
+    return {name: FIELDS[name].check(value, error=error) if name in FIELDS else value
+            for name, value in values.items()}
