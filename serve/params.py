@@ -94,8 +94,7 @@ def resolve(params, model_name: str, defaults: GenerationDefaults, limits: Servi
     _check_cost(values["width"], values["height"], values["num_frames"], values["steps"], limits)
     _check_shape(validate, VideoShape(values["height"], values["width"], values["num_frames"]), values["steps"])
     stored = {stored_name(spec): values[spec.name] for spec in FIELDS.values() if spec.name in values}
-    if image is not None:
-        stored["image"] = check_image(image, limits.max_image_pixels)
+    stored["image"] = check_image(image, limits.max_image_pixels) if image is not None else None
     return JobSettings(dict(stored, seconds=seconds))
 
 

@@ -19,6 +19,14 @@ def test_generate_watch_play_then_cancel_and_reload(server, browser, tmp_path):
     # HunyuanVideo takes neither a start image nor a negative prompt: the page offers neither.
     assert browser.find_element("id", "mode").text == "Text"
     assert not any(browser.find_element("id", name).is_displayed() for name in ("image", "negative_prompt"))
+    # The generation fields without an input of their own come from the options' fields, as the
+    # model takes them: HunyuanVideo has no second expert, so no guidance_scale_2.
+    assert all(browser.find_element("id", name).is_displayed() for name in ("guidance_scale", "fps", "cache"))
+    assert not browser.find_elements("id", "guidance_scale_2")
+    guidance = browser.find_element("id", "guidance_scale")
+    assert guidance.get_attribute("value") == "6"
+    guidance.clear()
+    guidance.send_keys("4.5")
     browser.execute_script(WATCH)
 
     generate(browser, "a lighthouse at dusk", 64, 64, 5, 12, 7)
@@ -34,6 +42,7 @@ def test_generate_watch_play_then_cancel_and_reload(server, browser, tmp_path):
     link = done.find_element("css selector", "a.download")
     assert link.get_attribute("href").endswith(f"/v1/videos/{video_id}/content") and link.text == "Download mp4"
     assert "64x64 · 5 frames · 12 steps · seed 7" in done.find_element("css selector", ".job-meta").text
+    assert call("GET", f"{server.url}/v1/videos/{video_id}").json()["pipedit"]["guidance_scale"] == 4.5
     urls = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
     assert f"{server.url}/v1/videos/{video_id}/events" in urls, urls  # followed by server-sent events
 
