@@ -181,10 +181,7 @@ def _size(text: str, limits: ServiceLimits) -> tuple[int, int]:
     match = _SIZE.match(text)
     if match is None:
         raise invalid(f"size must be WIDTHxHEIGHT in pixels, e.g. 128x128; got {text!r}", "size")
-    width, height = int(match[1]), int(match[2])
-    if not (1 <= width <= limits.max_side and 1 <= height <= limits.max_side):
-        raise invalid(f"width and height must be between 1 and {limits.max_side}, got {text}", "size")
-    return width, height
+    return _field(FIELDS["width"], int(match[1]), limits), _field(FIELDS["height"], int(match[2]), limits)
 
 
 def _frames(given: dict, fps: int, defaults: GenerationDefaults, limits: ServiceLimits) -> tuple[int, str]:
