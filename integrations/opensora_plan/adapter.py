@@ -33,7 +33,6 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
     preferred_text_encoder = "dit"
     takes_negative_prompt = True
     takes_image = needs_image = False
-    accepts_text_encoder_path = True
     ring_attention = False  # Skiparse layers need a head's whole sequence on one rank (Ulysses only)
     temporal_ratio = VAE_TEMPORAL  # frames per latent frame (the server lists 4k+1 frame counts)
 

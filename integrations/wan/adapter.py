@@ -45,7 +45,6 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
     takes_negative_prompt = True
     takes_image = needs_image = False  # image-to-video checkpoints set these at load
     takes_guidance_scale_2 = False  # two-expert checkpoints set it at load
-    accepts_idle_expert = True  # load_adapter passes model.idle_expert
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident"):
