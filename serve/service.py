@@ -18,7 +18,9 @@ from .store import JobStore
 def model_name_for(config: EngineConfig) -> str:
     """The name clients pass as `model`: the checkpoint folder's name, or the demo model's
     (hunyuan-video-demo, opensora-plan-demo)."""
-    return Path(config.model.path).name if config.model.path else f"{config.model.name or 'hunyuan-video'}-demo"
+    from pipedit.families import DEFAULT
+
+    return Path(config.model.path).name if config.model.path else f"{config.model.name or DEFAULT}-demo"
 
 
 def data_dir_for(config: EngineConfig) -> Path:

@@ -29,7 +29,7 @@ LLAMA_LAYERS_SKIPPED = 2
 
 
 class HunyuanVideoAdapter(ComponentAccess):
-    family = "hunyuan_video"
+    family = "hunyuan-video"
     component_names = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae")
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
     # memory with the 13B DiT.

@@ -47,3 +47,8 @@ def ensure_preset(name: str) -> Path:
     from .demo_checkpoint import default_cache_dir, ensure_written
 
     return ensure_written(default_cache_dir() / name, lambda path: write_preset(path, name))
+
+
+def described() -> tuple[str, dict[str, str]]:
+    """(the default preset, {preset: one-line description}), for `demo-checkpoint --help`."""
+    return DEFAULT_PRESET, {name: about for name, (_, _, about) in PRESETS.items()}

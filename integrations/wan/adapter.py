@@ -46,7 +46,6 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
     preferred_text_encoder = "vae"
     # Image-to-video and two-expert checkpoints widen these at load (image, needs_image, guidance_scale_2).
     capabilities = Capabilities(negative_prompt=True)
-    accepts_idle_expert = True  # load_adapter passes model.idle_expert
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident"):

@@ -175,3 +175,8 @@ def ensure_demo_checkpoint() -> Path:
     )
 
     return ensure_written(default_cache_dir() / DEMO_VERSION, write_demo_checkpoint)
+
+
+def write_preset(directory: str | os.PathLike, preset: str = DEFAULT_PRESET) -> Path:
+    """`pipedit demo-checkpoint --model wan --preset NAME`: the tiny Wan of `preset`."""
+    return write_demo_checkpoint(directory, preset=preset)

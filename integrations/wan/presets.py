@@ -29,3 +29,8 @@ def check_preset(preset: str) -> None:
         from pipedit.errors import UserInputError
 
         raise UserInputError(f"unknown wan preset {preset!r}; choose one of: {', '.join(PRESETS)}")
+
+
+def described() -> tuple[str, dict[str, str]]:
+    """(the default preset, {preset: one-line description}), for `demo-checkpoint --help`."""
+    return DEFAULT_PRESET, {name: preset.about for name, preset in PRESETS.items()}

@@ -4,7 +4,6 @@ and its workers apply parallel attention from outside."""
 
 from __future__ import annotations
 
-import importlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,21 +15,8 @@ from .capabilities import Capabilities
 from .errors import InvalidRequestError, ModelPathError
 from .fields import FIELDS
 
-# Model name (--model) -> "module:class" of the adapter, imported lazily.
-_MODELS: dict[str, str] = {
-    "hunyuan-video": "pipedit.integrations.hunyuan_video.adapter:HunyuanVideoAdapter",
-    "opensora-plan": "pipedit.integrations.opensora_plan.adapter:OpenSoraPlanAdapter",
-    "wan": "pipedit.integrations.wan.adapter:WanAdapter",
-}
-MODEL_NAMES = tuple(_MODELS)
-# pipeline class in model_index.json -> model name.
-_ADAPTERS: dict[str, str] = {"HunyuanVideoPipeline": "hunyuan-video", "WanPipeline": "wan",
-                             "WanImageToVideoPipeline": "wan"}
-# Checkpoints without model_index.json: model name -> "module:function" telling whether a folder
-# holds that model's official release layout.
-_LAYOUT_DETECTORS: dict[str, str] = {
-    "opensora-plan": "pipedit.integrations.opensora_plan.checkpoint:is_official_layout",
-}
+from . import families as _families
+from .families import family_of_checkpoint, read_model_index  # noqa: F401 (read_model_index: re-exported)
 
 # Which parts of a model a worker loads: denoise ranks never need the VAE, decode ranks never the DiT.
 ALL_PARTS = frozenset({"text", "dit", "vae"})
@@ -173,29 +159,17 @@ def check_inputs(adapter, **values) -> None:
             f"low-noise expert) or a value above 1", "guidance_scale_2")
 
 
-def read_model_index(path: str | Path) -> dict[str, Any]:
-    root = Path(path)
-    if not root.is_dir():
-        raise ModelPathError(f"model path {root} does not exist or is not a directory")
-    index_file = root / "model_index.json"
-    if not index_file.is_file():
-        raise ModelPathError(
-            f"{index_file} is missing: the model path must be a diffusers-layout checkpoint folder"
-        )
-    try:
-        index = json.loads(index_file.read_text())
-    except json.JSONDecodeError as error:
-        raise ModelPathError(f"{index_file} is not valid JSON ({error})") from error
-    if not isinstance(index, dict) or "_class_name" not in index:
-        raise ModelPathError(f"{index_file} has no _class_name: it does not describe a diffusers pipeline")
-    return index
+def __getattr__(name: str):
+    if name == "MODEL_NAMES":  # the registered families' names (pipedit.families)
+        return _families.family_names()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def attention_heads(path: str | Path, model: str | None = None) -> int:
     """The DiT's attention head count, read from its config without loading weights."""
-    reader = getattr(adapter_class_for(path, model), "config_heads", None)
-    if reader is not None:
-        return reader(path)
+    entry = family_of_checkpoint(path, model)
+    if entry.heads is not None:
+        return entry.load(entry.heads)(path)
     config_file = Path(path) / "transformer" / "config.json"
     try:
         return int(json.loads(config_file.read_text())["num_attention_heads"])
@@ -203,46 +177,19 @@ def attention_heads(path: str | Path, model: str | None = None) -> int:
         raise ModelPathError(f"{config_file} is missing or has no num_attention_heads ({error})") from error
 
 
-def _import(target: str):
-    module_name, attribute = target.split(":")
-    return getattr(importlib.import_module(module_name), attribute)
-
-
 def check_model_name(model: str) -> None:
-    if model not in _MODELS:
-        raise ModelPathError(f"unknown model {model!r}; supported models: {', '.join(MODEL_NAMES)}")
+    _families.family(model)
 
 
 def model_name_for(path: str | Path, model: str | None = None) -> str:
     """`model` when given; else model_index.json's pipeline; else the one official release
     layout the folder matches. ModelPathError naming what was expected otherwise."""
-    if model is not None:
-        check_model_name(model)
-        return model
-    root = Path(path)
-    if not root.is_dir():
-        raise ModelPathError(f"model path {root} does not exist or is not a directory")
-    if (root / "model_index.json").is_file():
-        index = read_model_index(root)
-        name = _ADAPTERS.get(index["_class_name"])
-        if name is None:
-            raise ModelPathError(
-                f"{path} holds a {index['_class_name']}; supported pipelines: {', '.join(sorted(_ADAPTERS))}"
-            )
-        return name
-    matches = [name for name, target in _LAYOUT_DETECTORS.items() if _import(target)(root)]
-    if len(matches) == 1:
-        return matches[0]
-    found = f"matches several layouts ({', '.join(matches)})" if matches else "model_index.json is missing"
-    raise ModelPathError(
-        f"{root}: {found}; expected a diffusers-layout checkpoint (model_index.json) or the official Open-Sora-Plan "
-        f"v1.3 layout (any93x640x640/ and vae/); name the model with --model ({', '.join(MODEL_NAMES)})"
-    )
+    return family_of_checkpoint(path, model).name
 
 
 def adapter_class_for(path: str | Path, model: str | None = None) -> type:
     """The adapter for the checkpoint at `path` (or the named model); ModelPathError if none supports it."""
-    return _import(_MODELS[model_name_for(path, model)])
+    return family_of_checkpoint(path, model).adapter_class()
 
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
@@ -250,16 +197,17 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
                  text_encoder_path: str | None = None, idle_expert: str = "resident") -> ModelAdapter:
     """idle_expert (model.idle_expert) reaches the adapters with two experts (Wan2.2 A14B); the
     others have nothing idle and ignore it."""
-    adapter_class = adapter_class_for(path, model)
+    entry = family_of_checkpoint(path, model)
     options = {}
-    if getattr(adapter_class, "accepts_idle_expert", False):
+    if "idle_expert" in entry.options:
         options["idle_expert"] = idle_expert
     if text_encoder_path:
-        if not getattr(adapter_class, "accepts_text_encoder_path", False):
-            raise ModelPathError(f"a text encoder path applies to opensora-plan only, not to {adapter_class.family}")
+        if "text_encoder_path" not in entry.options:
+            raise ModelPathError(f"a text encoder path applies to {', '.join(_families.accepting('text_encoder_path'))} only, "
+                                 f"not to {entry.name}")
         options["text_encoder_path"] = text_encoder_path
-    return adapter_class.from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
-                                         vae_tiling=vae_tiling, **options)
+    return entry.adapter_class().from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
+                                                 vae_tiling=vae_tiling, **options)
 
 
 def shape_validator(path: str | Path, model: str | None = None):

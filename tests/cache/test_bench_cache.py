@@ -17,5 +17,5 @@ def test_bench_cache_reports_each_setting(osp_demo, tmp_path, capsys):
     assert (rows["none"]["computed"], rows["none"]["latents_rel_l2"]) == (3, 0.0)
     fb0 = rows["fbcache:0"]
     assert (fb0["computed"], fb0["skipped"], fb0["latents_rel_l2"]) == (3, 0, 0.0)
-    assert "hunyuan_video" in rows["teacache:0.1"]["refused"]
+    assert "hunyuan-video" in rows["teacache:0.1"]["refused"]
     assert (tmp_path / "cache.md").read_text().count("| opensora-plan |") == 3

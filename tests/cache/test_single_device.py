@@ -36,7 +36,7 @@ def test_opensora_plan_threshold_zero_and_teacache_refused(osp_demo):
     uncached, fb0 = run_single(str(osp_demo), [(small, "none"), (small, "fbcache:0")])
     assert torch.equal(fb0["latents"], uncached["latents"])
     adapter = load_adapter(str(osp_demo), parts={"dit"})
-    with pytest.raises(InvalidRequestError, match="families that have them: hunyuan_video"):
+    with pytest.raises(InvalidRequestError, match="families that have them: hunyuan-video"):
         WorkerCache(adapter).new_state("teacache:0.1", "none", 3)
 
 

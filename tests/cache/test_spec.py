@@ -36,14 +36,14 @@ def test_config_request_and_default():
 
 
 def test_teacache_accumulates_rescaled_distances_and_always_computes_first_and_last():
-    coefficients = teacache_coefficients("hunyuan_video")
+    coefficients = teacache_coefficients("hunyuan-video")
     assert polynomial((2.0, -1.0, 3.0), 2.0) == 9.0  # 2x^2 - x + 3, as numpy.poly1d
     one = polynomial(coefficients, 0.05)
     policy = TeaCachePolicy(CacheSpec("teacache", 1.5 * one), coefficients)
     assert policy.decide(None, 0, 5)  # first step
     assert [policy.decide(0.05, step, 5) for step in (1, 2, 3)] == [False, True, False]  # resets on compute
     assert policy.decide(None, 4, 5)  # the last step computes whatever was accumulated
-    with pytest.raises(InvalidRequestError, match="hunyuan_video"):
+    with pytest.raises(InvalidRequestError, match="hunyuan-video"):
         teacache_coefficients("opensora-plan")
 
 
@@ -84,10 +84,10 @@ def test_the_api_refuses_teacache_for_a_family_without_coefficients():
 
     limits, defaults = ServiceLimits(), GenerationDefaults()
     ask = VideoCreateParams(prompt="a cat", cache="teacache:0.1")
-    assert resolve_params(ask, "demo", defaults, limits, Adapter("hunyuan_video").validate).cache == "teacache:0.1"
+    assert resolve_params(ask, "demo", defaults, limits, Adapter("hunyuan-video").validate).cache == "teacache:0.1"
     with pytest.raises(ApiError) as error:
         resolve_params(ask, "demo", defaults, limits, Adapter("opensora-plan").validate)
-    assert error.value.status == 400 and error.value.param == "cache" and "hunyuan_video" in str(error.value)
+    assert error.value.status == 400 and error.value.param == "cache" and "hunyuan-video" in str(error.value)
     fb = VideoCreateParams(prompt="a cat", cache="fbcache:0.1")
     assert resolve_params(fb, "demo", defaults, limits, Adapter("opensora-plan").validate).cache == "fbcache:0.1"
 

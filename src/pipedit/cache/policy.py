@@ -6,29 +6,19 @@ rank takes the same decision from the same numbers."""
 
 from __future__ import annotations
 
+from .. import families
 from ..errors import InvalidRequestError
 from .spec import CacheSpec
 
-# TeaCache's published rescale polynomials (highest power first, as numpy.poly1d), keyed by
-# adapter family. Source of each set:
-# - hunyuan_video: ali-vilab/TeaCache, TeaCache4HunyuanVideo/teacache_sample_video.py
-#   (teacache_forward: coefficients = [7.33226126e+02, -4.01131952e+02, 6.75869174e+01,
-#   -3.14987800e+00, 9.61237896e-02]), fitted by the TeaCache authors on HunyuanVideo's
-#   modulated input of double_blocks[0] (img_norm1 then img_mod shift/scale).
-# Open-Sora-Plan: TeaCache's set (eval/teacache/experiments/opensora_plan.py) belongs to
-# Open-Sora-Plan v1.1 (Latte-style spatial + temporal blocks, videosys), a different
-# architecture from v1.3's; no set is published for v1.3, so teacache is refused for it.
-TEACACHE_COEFFICIENTS: dict[str, tuple[float, ...]] = {
-    "hunyuan_video": (7.33226126e02, -4.01131952e02, 6.75869174e01, -3.14987800e00, 9.61237896e-02),
-}
-
-
 def teacache_coefficients(family: str) -> tuple[float, ...]:
-    found = TEACACHE_COEFFICIENTS.get(family)
+    """TeaCache's published rescale polynomial for `family` (its pipedit.families entry's
+    `teacache`, with the set's source)."""
+    entry = families.find(family)
+    found = entry.teacache if entry is not None else None
     if found is None:
         raise InvalidRequestError(
             f"teacache has no published rescale coefficients for {family}; families that have them: "
-            f"{', '.join(sorted(TEACACHE_COEFFICIENTS))}. Use fbcache:T (any model) or cache none"
+            f"{', '.join(families.teacache_families())}. Use fbcache:T (any model) or cache none"
         )
     return found
 

@@ -60,10 +60,12 @@ def _positive_ints(name: str):
 
 # -- sp -----------------------------------------------------------------------------------------
 def _add_sp(kinds) -> None:
+    from ..families import DEFAULT, family_names
+
     p = kinds.add_parser("sp", help="per-step latency: synchronous Ulysses vs PipeSP chunk sizes and auto")
     p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model of --model)")
-    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan"),
-                   help="model family (default: found from --model-path; without a path, hunyuan-video)")
+    p.add_argument("--model", choices=family_names(),
+                   help=f"model family (default: found from --model-path; without a path, {DEFAULT})")
     p.add_argument("--config", help="YAML engine config; flags override it")
     p.add_argument("--single-device", action="store_true",
                    help="also time one step on a single device (in this process), the baseline row")

@@ -6,39 +6,34 @@ from ..errors import UserInputError
 
 
 def add_parser(sub) -> None:
-    from ..integrations.hunyuan_video.presets import DEFAULT_PRESET, PRESETS
-    from ..integrations.wan import presets as wan_presets
+    from ..families import DEFAULT, families, load
 
     p = sub.add_parser("demo-checkpoint", help="write an offline synthetic checkpoint (default: the tiny HunyuanVideo demo)")
     p.add_argument("directory", help="folder to create (the model's release layout)")
-    p.add_argument("--model", choices=("hunyuan-video", "opensora-plan", "wan"), default="hunyuan-video",
-                   help="opensora-plan: a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/); "
-                        "wan: a tiny Wan in the diffusers layout (the --preset names which)")
-    hunyuan = "; ".join(f"{name}: {about}" for name, (_, _, about) in PRESETS.items())
-    wan = "; ".join(f"{name}: {preset.about}" for name, preset in wan_presets.PRESETS.items())
-    p.add_argument("--preset", default=None,
-                   help=f"hunyuan-video (default {DEFAULT_PRESET}): {hunyuan}. wan (default {wan_presets.DEFAULT_PRESET}): {wan}")
+    p.add_argument("--model", choices=tuple(entry.name for entry in families()), default=DEFAULT,
+                   help="; ".join(f"{entry.name}: {entry.demo.about}" for entry in families() if entry.demo.about))
+    presets = []
+    for entry in families():
+        if entry.demo.presets:
+            default, described = load(entry.demo.presets)()
+            listed = "; ".join(f"{name}: {about}" for name, about in described.items())
+            presets.append(f"{entry.name} (default {default}): {listed}")
+    p.add_argument("--preset", default=None, help=". ".join(presets))
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from ..integrations.hunyuan_video.presets import DEFAULT_PRESET, write_preset
+    from ..families import families, family, load
 
-    if args.model == "opensora-plan":
-        from ..integrations.opensora_plan.demo_checkpoint import write_demo_cli
-
+    entry = family(args.model)
+    write = load(entry.demo.write)
+    if not entry.demo.presets:
         if args.preset is not None:
-            raise UserInputError("--preset applies to hunyuan-video and wan only")
-        print(write_demo_cli(args.directory))
-        return 0
-    if args.model == "wan":
-        from ..integrations.wan import presets as wan_presets
-        from ..integrations.wan.demo_checkpoint import write_demo_checkpoint
-
-        preset = args.preset or wan_presets.DEFAULT_PRESET
-        wan_presets.check_preset(preset)
-        return _write_and_print(lambda directory: write_demo_checkpoint(directory, preset=preset), args.directory)
-    return _write_and_print(write_preset, args.directory, args.preset or DEFAULT_PRESET)
+            with_presets = [other.name for other in families() if other.demo.presets]
+            raise UserInputError(f"--preset applies to {' and '.join(with_presets)} only")
+        return _write_and_print(write, args.directory)
+    default, described = load(entry.demo.presets)()
+    return _write_and_print(write, args.directory, args.preset or default)
 
 
 def _write_and_print(write, directory, *options) -> int:

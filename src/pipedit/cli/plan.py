@@ -9,13 +9,14 @@ from pathlib import Path
 
 
 def add_parser(sub) -> None:
+    from ..families import DEFAULT
     from ..planner.hardware import GPUS, INTERCONNECTS
-    from ..planner.models import MODELS
+    from ..planner.models import model_names
 
     p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
                                     "VAE tiling) for a model on a node")
-    p.add_argument("--model", choices=MODELS,
-                   help="full-size model to plan, dims from its released config (default hunyuan-video; with "
+    p.add_argument("--model", choices=model_names(),
+                   help=f"full-size model to plan, dims from its released config (default {DEFAULT}; with "
                         "--model-path: the checkpoint's pipeline)")
     p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
     p.add_argument("--idle-expert", choices=("resident", "offload"),
@@ -53,14 +54,14 @@ def _check(args) -> None:
 
 def _model(args):
     from ..errors import UserInputError
+    from ..families import DEFAULT, family_for_release
     from ..planner.models import family_of, from_checkpoint, full_size
-    from ..planner.wan import RELEASES
 
     if not args.model_path:
-        model = full_size(args.model or "hunyuan-video")
+        model = full_size(args.model or DEFAULT)
     else:
-        family = "wan" if args.model in RELEASES else args.model
-        model = from_checkpoint(args.model_path, family or family_of(args.model_path))
+        family = family_for_release(args.model).name if args.model else family_of(args.model_path)
+        model = from_checkpoint(args.model_path, family)
     multiple = model.compression[1] * model.patch[1]
     if args.height % multiple or args.width % multiple:
         raise UserInputError(f"--height and --width must be multiples of {multiple} for {model.name}, "

@@ -6,7 +6,7 @@ module is built on the meta device from its config, then every parameter and buf
 fake tensor of the requested dtype (fakeworld.materialize). Tokenizers become `StubTokenizer`:
 every prompt fills max_length tokens, all valid (the longest text the DiT can see, as the
 planner assumes). Schedulers are real (small, config only). Wan's text encoding reads the valid
-length from the mask (a value): `_wan_encode_text` stands in for it, with every token valid (its
+length from the mask (a value): `fake_umt5_encode` stands in for it, with every token valid (its
 result then has the same shape and holds the same storages, less the zero-padding copy).
 
 `released_checkpoint(model, folder)` writes the released models' configs (no weights) in the
@@ -61,7 +61,7 @@ def build_fake(module_class, config, dtype: torch.dtype | None) -> torch.nn.Modu
     return materialize(module, dtype).requires_grad_(False)
 
 
-def _load_component(root, index, name, *, dtype=None, device=None):
+def fake_component(root, index, name, *, dtype=None, device=None):
     library, class_name = index[name]
     folder = Path(root) / name
     component_class = getattr(importlib.import_module(library), class_name)
@@ -80,7 +80,7 @@ def _load_component(root, index, name, *, dtype=None, device=None):
     return build_fake(component_class, component_class.load_config(folder), dtype)
 
 
-def _osp_transformer(folder, dtype=None, device="cpu"):
+def fake_osp_transformer(folder, dtype=None, device="cpu"):
     from pipedit.integrations.opensora_plan.checkpoint import read_json
     from pipedit.integrations.opensora_plan.transformer import OpenSoraPlanTransformer, TransformerConfig
 
@@ -90,7 +90,7 @@ def _osp_transformer(folder, dtype=None, device="cpu"):
     return materialize(module, dtype or torch.float32).requires_grad_(False)
 
 
-def _osp_vae(folder, dtype=None, device="cpu", with_encoder=True):
+def fake_wfvae(folder, dtype=None, device="cpu", with_encoder=True):
     from pipedit.integrations.opensora_plan.checkpoint import read_json
     from pipedit.integrations.opensora_plan.wfvae import WFVAE, WFVAEConfig
 
@@ -100,14 +100,14 @@ def _osp_vae(folder, dtype=None, device="cpu", with_encoder=True):
     return materialize(module, dtype or torch.float32).requires_grad_(False)
 
 
-def _osp_text_encoder(folder, dtype, device):
+def fake_mt5_encoder(folder, dtype, device):
     from transformers import AutoConfig, MT5EncoderModel
 
     config = AutoConfig.from_pretrained(folder)
     return StubTokenizer(), build_fake(MT5EncoderModel, config, dtype)
 
 
-def _wan_encode_text(tokenizer, text_encoder, prompt, device, max_tokens=512):
+def fake_umt5_encode(tokenizer, text_encoder, prompt, device, max_tokens=512):
     tokens = tokenizer([prompt], max_length=max_tokens)
     states = text_encoder(tokens.input_ids, tokens.attention_mask).last_hidden_state
     return states.to(device=device, dtype=text_encoder.dtype)
@@ -115,16 +115,15 @@ def _wan_encode_text(tokenizer, text_encoder, prompt, device, max_tokens=512):
 
 @contextlib.contextmanager
 def fake_loading() -> Iterator[None]:
-    """Every adapter loader builds fake modules from configs while this is active."""
-    from pipedit.integrations.hunyuan_video import adapter as hunyuan
-    from pipedit.integrations.opensora_plan import adapter as osp
-    from pipedit.integrations.opensora_plan import transformer as osp_transformer
-    from pipedit.integrations.opensora_plan import wfvae
-    from pipedit.integrations.wan import adapter as wan
+    """Every adapter loader builds fake modules from configs while this is active (each family's
+    pipedit.families entry names its loaders and their fakes)."""
+    from pipedit import families
 
-    patches = [(hunyuan, "load_component", _load_component), (osp, "load_text_encoder", _osp_text_encoder),
-               (osp_transformer, "load_transformer", _osp_transformer), (wfvae, "load_wfvae", _osp_vae),
-               (wan, "load_component", _load_component), (wan, "encode_text", _wan_encode_text)]
+    patches = []
+    for entry in families.families():
+        for target, replacement in entry.dry_run.fakes:
+            module_name, _, name = target.partition(":")
+            patches.append((importlib.import_module(module_name), name, families.load(replacement)))
     saved = [(module, name, getattr(module, name)) for module, name, _ in patches]
     for module, name, replacement in patches:
         setattr(module, name, replacement)

@@ -63,8 +63,9 @@ class RankResult:
 
 
 class _Tiling:
-    """HunyuanVideo's decode decides tiling from the free CUDA memory; the dry run answers with
-    the profile's capacity minus what the rank holds, and remembers the decision."""
+    """VAE decodes that decide tiling from the free CUDA memory (the families' dry_run.tiling
+    modules: HunyuanVideo's): the dry run answers with the profile's capacity minus what the rank
+    holds, and remembers the decision."""
 
     def __init__(self, capacity: float) -> None:
         self.capacity = capacity
@@ -73,20 +74,28 @@ class _Tiling:
 
     @contextlib.contextmanager
     def patched(self) -> Iterator[None]:
-        from pipedit.integrations.hunyuan_video import adapter as hunyuan
+        import importlib
 
-        should_tile, free = hunyuan.should_tile, hunyuan.free_device_bytes
+        from pipedit import families
 
-        def decide(mode, device, predicted, free_bytes):
-            self.decided = should_tile(mode, "cuda", predicted, free_bytes)
-            return self.decided
+        modules = [importlib.import_module(entry.dry_run.tiling) for entry in families.families()
+                   if entry.dry_run.tiling]
+        saved = [(module, module.should_tile, module.free_device_bytes) for module in modules]
 
-        hunyuan.should_tile = decide
-        hunyuan.free_device_bytes = lambda device: int(self.capacity - (self.counter.live_bytes() if self.counter else 0))
+        def free(device):
+            return int(self.capacity - (self.counter.live_bytes() if self.counter else 0))
+
+        for module, should_tile, _ in saved:
+            def decide(mode, device, predicted, free_bytes, should_tile=should_tile):
+                self.decided = should_tile(mode, "cuda", predicted, free_bytes)
+                return self.decided
+
+            module.should_tile, module.free_device_bytes = decide, free
         try:
             yield
         finally:
-            hunyuan.should_tile, hunyuan.free_device_bytes = should_tile, free
+            for module, should_tile, free_device_bytes in saved:
+                module.should_tile, module.free_device_bytes = should_tile, free_device_bytes
 
 
 def _on_host(fn):

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from pipedit import families
 from pipedit.errors import UserInputError
 from pipedit.planner.models import HUNYUAN_VAE
-from pipedit.planner.wan import RELEASES as WAN_RELEASES
 
 _HUNYUAN_INDEX = {
     "_class_name": "HunyuanVideoPipeline",
@@ -74,27 +74,32 @@ def _write(folder: Path, name: str, config: dict) -> None:
 def released_checkpoint(model: str, folder: str | Path) -> Path:
     """Writes `model`'s released configs into `folder` (no weights); returns the folder."""
     root = Path(folder)
-    if model in WAN_RELEASES:
-        from .released_wan import write_wan_release
+    sizes = families.full_size_models()
+    if model not in sizes:
+        entry = families.find(model)
+        if entry is not None:
+            raise UserInputError(f"dry-run needs the {model} release to model without --model-path: --model "
+                                 f"{' | '.join(families.load(entry.planner.full_size))}")
+        raise UserInputError(f"dry-run has no released configs for {model!r}: use --model {', '.join(sizes)}, "
+                             f"or give --model-path")
+    entry = families.family_for_release(model)
+    return families.load(entry.dry_run.released)(model, root)
 
-        return write_wan_release(model, root)
-    if model == "wan":
-        raise UserInputError(f"dry-run needs the wan release to model without --model-path: --model "
-                             f"{' | '.join(WAN_RELEASES)}")
-    if model == "hunyuan-video":
-        _write(root, "model_index.json", _HUNYUAN_INDEX)
-        _write(root / "transformer", "config.json", _HUNYUAN_TRANSFORMER)
-        _write(root / "vae", "config.json", {"_class_name": "AutoencoderKLHunyuanVideo", **HUNYUAN_VAE})
-        _write(root / "text_encoder", "config.json", _LLAMA)
-        _write(root / "text_encoder_2", "config.json", _CLIP_TEXT)
-        _write(root / "scheduler", "scheduler_config.json", _FLOW_SCHEDULER)
-        for name in ("tokenizer", "tokenizer_2"):
-            _write(root / name, "tokenizer_config.json", {"model_max_length": 77})
-    elif model == "opensora-plan":
-        _write(root / "any93x640x640", "config.json", _OSP_TRANSFORMER)
-        _write(root / "vae", "config.json", _WFVAE)
-        _write(root / "text_encoder", "config.json", _MT5_XXL)
-    else:
-        raise UserInputError(f"dry-run has no released configs for {model!r}: use --model hunyuan-video, "
-                             f"opensora-plan, {', '.join(WAN_RELEASES)}, or give --model-path")
+
+def write_hunyuan_video(model: str, root: Path) -> Path:
+    _write(root, "model_index.json", _HUNYUAN_INDEX)
+    _write(root / "transformer", "config.json", _HUNYUAN_TRANSFORMER)
+    _write(root / "vae", "config.json", {"_class_name": "AutoencoderKLHunyuanVideo", **HUNYUAN_VAE})
+    _write(root / "text_encoder", "config.json", _LLAMA)
+    _write(root / "text_encoder_2", "config.json", _CLIP_TEXT)
+    _write(root / "scheduler", "scheduler_config.json", _FLOW_SCHEDULER)
+    for name in ("tokenizer", "tokenizer_2"):
+        _write(root / name, "tokenizer_config.json", {"model_max_length": 77})
+    return root
+
+
+def write_opensora_plan(model: str, root: Path) -> Path:
+    _write(root / "any93x640x640", "config.json", _OSP_TRANSFORMER)
+    _write(root / "vae", "config.json", _WFVAE)
+    _write(root / "text_encoder", "config.json", _MT5_XXL)
     return root

@@ -15,6 +15,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .. import families
 from ..adapter import attention_heads, model_name_for
 from ..config import EngineConfig
 from ..errors import UserInputError
@@ -23,7 +24,6 @@ from ..planner.cost import Shape
 from ..planner.auto import best_with_decode_ranks
 from ..planner.hardware import PROFILES
 from ..planner.models import ModelSpec, from_checkpoint, full_size
-from ..planner.wan import RELEASES as WAN_RELEASES
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
 from .released import released_checkpoint
@@ -45,12 +45,12 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
             width: int | None, frames: int | None, steps: int, gpu: str, workdir: str | None = None) -> DryWorld:
     if gpu not in PROFILES:
         raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
-    shown = model or config.model.name or (model_name_for(model_path) if model_path else "hunyuan-video")
-    name = "wan" if shown in WAN_RELEASES else shown  # the adapter's name
+    shown = model or config.model.name or (model_name_for(model_path) if model_path else families.DEFAULT)
+    name = families.family_for_release(shown).name  # the adapter's (wan-14b: wan)
     released = model_path is None
     if released:
         model_path = str(released_checkpoint(shown, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))
-    spec = full_size(shown) if released else from_checkpoint(model_path, _family(name))
+    spec = full_size(shown) if released else from_checkpoint(model_path, name)
     g = config.generation
     request = VideoRequest("dry run: a red fox running through snow", height=height or g.height,
                            width=width or g.width, num_frames=frames or g.num_frames, steps=steps, seed=0)
@@ -64,10 +64,6 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
     config = replace(config, model=model_config, parallel=parallel)
     return DryWorld(config, WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder), shown,
                     model_path, released, spec, request, gpu, PROFILES[gpu].memory)
-
-
-def _family(name: str) -> str:
-    return name if name in ("opensora-plan", "wan") else "hunyuan-video"
 
 
 def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu: str, heads: int):

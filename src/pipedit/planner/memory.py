@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 
+from .. import families
 from ..config import IDLE_EXPERT_MODES
 from .cost import ACT_BYTES, Shape
 from .models import ModelSpec
@@ -32,23 +33,34 @@ def dit_activation_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int
 
 
 def vae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
+    return families.load(families.family(model.family).planner.vae_peak)(model, shape, tiled)
+
+
+def hunyuan_video_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
     import torch
 
-    from pipedit.integrations.hunyuan_video.vae_memory import ACTIVATION_FACTOR, predict_decode_peak_bytes
+    from pipedit.integrations.hunyuan_video.vae_memory import predict_decode_peak_bytes
 
-    t, s = model.compression
+    s = model.compression[1]
     lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
-    if model.family == "wan":
-        from .wan_vae import decode_peak_bytes
+    if tiled:
+        lh, lw = min(lh, 256 // s), min(lw, 256 // s)
+    return predict_decode_peak_bytes(model.vae, (1, model.latent_channels, lt, lh, lw), torch.bfloat16)
 
-        return decode_peak_bytes(model.vae, lt, lh, lw, ACT_BYTES)
-    if model.family == "hunyuan-video":
-        if tiled:
-            lh, lw = min(lh, 256 // s), min(lw, 256 // s)
-        return predict_decode_peak_bytes(model.vae, (1, model.latent_channels, lt, lh, lw), torch.bfloat16)
+
+def wfvae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
+    from pipedit.integrations.hunyuan_video.vae_memory import ACTIVATION_FACTOR
+
+    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
     frames = 2 * lt - 1 if not tiled else 3
     largest = 2 * model.vae["base_channels"] * frames * 16 * lh * lw
     return ACTIVATION_FACTOR * largest * ACT_BYTES
+
+
+def wan_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
+    from .wan_vae import decode_peak_bytes
+
+    return decode_peak_bytes(model.vae, *model.latent_shape(shape.height, shape.width, shape.frames), ACT_BYTES)
 
 
 IDLE_EXPERT = IDLE_EXPERT_MODES  # model.idle_expert

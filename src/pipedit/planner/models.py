@@ -15,10 +15,9 @@ import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from .. import families
 from ..errors import UserInputError
 from . import wan as wan_release
-
-MODELS = ("hunyuan-video", "opensora-plan", *wan_release.RELEASES)
 
 # diffusers AutoencoderKLHunyuanVideo defaults = the released VAE.
 HUNYUAN_VAE = {"latent_channels": 16, "block_out_channels": [128, 256, 512, 512], "layers_per_block": 2,
@@ -39,7 +38,7 @@ class TextEncoder:
 @dataclass(frozen=True)
 class ModelSpec:
     name: str
-    family: str  # "hunyuan-video", "opensora-plan" or "wan"
+    family: str  # its pipedit.families name
     hidden: int
     heads: int
     head_dim: int
@@ -135,14 +134,22 @@ def wan_released(name: str) -> ModelSpec:
                     wan_release.EXPERTS.get(name, 1))
 
 
-FULL_SIZE = {"hunyuan-video": hunyuan_video, "opensora-plan": opensora_plan,
-             **{name: (lambda name=name: wan_released(name)) for name in wan_release.RELEASES}}
+# Each family's full-size models (pipedit.families' planner.full_size).
+HUNYUAN_VIDEO_SIZES = {"hunyuan-video": hunyuan_video}
+OPENSORA_PLAN_SIZES = {"opensora-plan": opensora_plan}
+WAN_SIZES = {name: (lambda name=name: wan_released(name)) for name in wan_release.RELEASES}
+
+
+def model_names() -> tuple[str, ...]:
+    """The full-size models every registered family plans (hunyuan-video, ..., wan-1.3b, ...)."""
+    return tuple(families.full_size_models())
 
 
 def full_size(name: str) -> ModelSpec:
-    if name not in FULL_SIZE:
-        raise UserInputError(f"unknown model '{name}'; models: {', '.join(MODELS)}")
-    return FULL_SIZE[name]()
+    sizes = families.full_size_models()
+    if name not in sizes:
+        raise UserInputError(f"unknown model '{name}'; models: {', '.join(sizes)}")
+    return sizes[name]()
 
 
 def _read(path: Path) -> dict:
@@ -179,49 +186,55 @@ def _text_encoders(root: Path, default: tuple[TextEncoder, ...]) -> tuple[TextEn
     return tuple(found) or default
 
 
-def _transformer_folder(root: Path, family: str) -> Path:
-    """diffusers layout: transformer/; OpenSoraPlan's release layout: any93x640x640/ (or the one
-    folder holding its transformer config)."""
-    if family == "opensora-plan" and not (root / "transformer" / "config.json").is_file():
-        from pipedit.integrations.opensora_plan.checkpoint import find_transformer_folder
-
-        return find_transformer_folder(root)
-    return root / "transformer"
-
-
-def from_checkpoint(path: str | Path, family: str = "hunyuan-video") -> ModelSpec:
+def from_checkpoint(path: str | Path, family: str = families.DEFAULT) -> ModelSpec:
     """A spec with the widths, depths and parameter counts of the checkpoint at `path`."""
-    root = Path(path)
-    if family == "wan":
-        return _wan_from_checkpoint(root)
-    folder = _transformer_folder(root, family)
-    dit = _read(folder / "config.json")
-    vae = _read(root / "vae" / "config.json")
-    base = full_size(family)
-    heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
-    params = _param_count(folder)
-    if family == "hunyuan-video":
-        vae_config = {**HUNYUAN_VAE, **{k: vae[k] for k in HUNYUAN_VAE if k in vae}}
-        spec = replace(base, name=f"{root.name} (HunyuanVideo, {heads}x{head_dim})", heads=heads,
-                       head_dim=head_dim, hidden=heads * head_dim, dual_layers=int(dit["num_layers"]),
-                       single_layers=int(dit["num_single_layers"]), mlp_ratio=float(dit.get("mlp_ratio", 4.0)),
-                       patch=(int(dit.get("patch_size_t", 1)), int(dit["patch_size"]), int(dit["patch_size"])),
-                       latent_channels=int(dit["in_channels"]), vae=vae_config,
-                       text_encoders=_text_encoders(root, base.text_encoders))
-    else:
-        layers = int(dit["num_layers"])
-        # Skiparse layers are 2..29 whatever the depth (facts sheet §1).
-        sparse = max(0, min(layers, 30) - 2) if dit.get("sparse1d", True) else 0
-        vae_config = {**WFVAE, **{k: vae[k] for k in WFVAE if k in vae}}
-        vae_config["latent_channels"] = int(vae.get("latent_dim", vae_config["latent_channels"]))
-        spec = replace(base, name=f"{root.name} (OpenSoraPlan, {heads}x{head_dim})", heads=heads, head_dim=head_dim,
-                       hidden=heads * head_dim, single_layers=layers, sparse_layers=sparse,
-                       sparse_n=int(dit.get("sparse_n", 4)), latent_channels=int(dit["in_channels"]), vae=vae_config)
-    return replace(spec, dit_params=params or spec.dit_params,
+    return families.load(families.family(family).planner.from_checkpoint)(Path(path))
+
+
+def _with_params(spec: ModelSpec, transformer: Path, root: Path) -> ModelSpec:
+    return replace(spec, dit_params=_param_count(transformer) or spec.dit_params,
                    vae_params=_param_count(root / "vae") or spec.vae_params)
 
 
-def _wan_from_checkpoint(root: Path) -> ModelSpec:
+def hunyuan_video_from_checkpoint(root: Path) -> ModelSpec:
+    folder = root / "transformer"
+    dit = _read(folder / "config.json")
+    vae = _read(root / "vae" / "config.json")
+    base = hunyuan_video()
+    heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
+    vae_config = {**HUNYUAN_VAE, **{k: vae[k] for k in HUNYUAN_VAE if k in vae}}
+    spec = replace(base, name=f"{root.name} (HunyuanVideo, {heads}x{head_dim})", heads=heads,
+                   head_dim=head_dim, hidden=heads * head_dim, dual_layers=int(dit["num_layers"]),
+                   single_layers=int(dit["num_single_layers"]), mlp_ratio=float(dit.get("mlp_ratio", 4.0)),
+                   patch=(int(dit.get("patch_size_t", 1)), int(dit["patch_size"]), int(dit["patch_size"])),
+                   latent_channels=int(dit["in_channels"]), vae=vae_config,
+                   text_encoders=_text_encoders(root, base.text_encoders))
+    return _with_params(spec, folder, root)
+
+
+def opensora_plan_from_checkpoint(root: Path) -> ModelSpec:
+    """diffusers layout: transformer/; the release layout: any93x640x640/ (or the one folder
+    holding its transformer config)."""
+    folder = root / "transformer"
+    if not (folder / "config.json").is_file():
+        from pipedit.integrations.opensora_plan.checkpoint import find_transformer_folder
+
+        folder = find_transformer_folder(root)
+    dit = _read(folder / "config.json")
+    vae = _read(root / "vae" / "config.json")
+    heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
+    layers = int(dit["num_layers"])
+    # Skiparse layers are 2..29 whatever the depth (facts sheet §1).
+    sparse = max(0, min(layers, 30) - 2) if dit.get("sparse1d", True) else 0
+    vae_config = {**WFVAE, **{k: vae[k] for k in WFVAE if k in vae}}
+    vae_config["latent_channels"] = int(vae.get("latent_dim", vae_config["latent_channels"]))
+    spec = replace(opensora_plan(), name=f"{root.name} (OpenSoraPlan, {heads}x{head_dim})", heads=heads,
+                   head_dim=head_dim, hidden=heads * head_dim, single_layers=layers, sparse_layers=sparse,
+                   sparse_n=int(dit.get("sparse_n", 4)), latent_channels=int(dit["in_channels"]), vae=vae_config)
+    return _with_params(spec, folder, root)
+
+
+def wan_from_checkpoint(root: Path) -> ModelSpec:
     """The checkpoint's dims (config.json of transformer/ and vae/; a second expert when
     model_index.json names transformer_2; the CLIP image encoder of Wan2.1 I2V)."""
     index = _read(root / "model_index.json")
@@ -245,14 +258,7 @@ def _wan_from_checkpoint(root: Path) -> ModelSpec:
 
 
 def family_of(path: str | Path) -> str:
-    """The model family of a checkpoint: OpenSoraPlan's release layout, else the pipeline class of
-    its model_index.json."""
-    from pipedit.integrations.opensora_plan.checkpoint import is_official_layout
-
-    if is_official_layout(path):
-        return "opensora-plan"
-    index = _read(Path(path) / "model_index.json")
-    pipeline = str(index.get("_class_name", "")).lower()
-    if pipeline.startswith("wan"):
-        return "wan"
-    return "opensora-plan" if "opensora" in pipeline else "hunyuan-video"
+    """The model family of a checkpoint (pipedit.families.family_of_checkpoint): its
+    model_index.json's pipeline, else the family release layout it matches; ModelPathError
+    naming the known pipelines otherwise."""
+    return families.family_of_checkpoint(path).name

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 
+from .. import families
 from .models import ModelSpec
 
 K3 = 27  # 3x3x3 kernel taps
@@ -98,10 +99,19 @@ def wfvae_decode_flops(vae: dict, height: int, width: int, frames: int, tiled: b
 
 
 def vae_decode_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:
-    if model.family == "wan":  # untiled only (pipedit's wan adapter decodes as WanPipeline does)
-        from .wan_vae import decode_flops
+    return families.load(families.family(model.family).planner.vae_flops)(model, height, width, frames, tiled)
 
-        return decode_flops(model.vae, *model.latent_shape(height, width, frames))
-    if model.family == "hunyuan-video":
-        return hunyuan_decode_flops(model.vae, height, width, frames, tiled)
+
+def hunyuan_video_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:
+    return hunyuan_decode_flops(model.vae, height, width, frames, tiled)
+
+
+def opensora_plan_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:
     return wfvae_decode_flops(model.vae, height, width, frames, tiled)
+
+
+def wan_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:
+    """Untiled only (pipedit's wan adapter decodes as WanPipeline does)."""
+    from .wan_vae import decode_flops
+
+    return decode_flops(model.vae, *model.latent_shape(height, width, frames))

@@ -29,17 +29,10 @@ def resolve_model_path(path: str | None, model: str | None = None) -> Path:
     """The checkpoint folder; without a path, the tiny demo checkpoint of `model`'s family."""
     if path:
         return Path(path)
-    if model == "opensora-plan":
-        from pipedit.integrations.opensora_plan.demo_checkpoint import ensure_demo_checkpoint as ensure_opensora
+    from ..families import DEFAULT, family
 
-        return ensure_opensora()
-    if model == "wan":
-        from pipedit.integrations.wan.demo_checkpoint import ensure_demo_checkpoint as ensure_wan
-
-        return ensure_wan()
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
-
-    return ensure_demo_checkpoint()
+    entry = family(model or DEFAULT)
+    return entry.load(entry.demo.ensure)()
 
 
 class Engine:

@@ -108,7 +108,7 @@ def test_fbcache_zero_is_the_uncached_run_and_teacache_is_refused(engine):
     request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=3, guidance_scale=4.0)
     uncached = engine.generate(request).latents
     assert torch.equal(engine.generate(replace(request, cache="fbcache:0")).latents, uncached)
-    with pytest.raises(InvalidRequestError, match="families that have them: hunyuan_video"):
+    with pytest.raises(InvalidRequestError, match="families that have them: hunyuan-video"):
         engine.generate(replace(request, cache="teacache:0.1"))
 
 
