@@ -7,7 +7,9 @@ import sys
 import pytest
 
 from pipedit import families
-from pipedit.adapter import adapter_class_for, attention_heads, model_name_for
+from pipedit.adapter import adapter_class_for, attention_heads, check_video_shape, model_name_for, shape_validator
+from pipedit.capabilities import Capabilities
+from pipedit.config import GenerationDefaults
 from pipedit.cli import build_parser
 from pipedit.errors import ModelPathError
 from pipedit.families import Demo, DryRun, Family, Planner
@@ -17,10 +19,19 @@ HERE = sys.modules[__name__].__name__
 
 
 class ToyAdapter:
-    """What the registry's callers read of an adapter class without loading a model."""
+    """What the registry's callers read of an adapter class without loading a model, and what the
+    server and the renderer check requests with (its configs-only form: validate, capabilities)."""
 
     family = TOY
     preferred_text_encoder = "dit"
+    capabilities = Capabilities()  # text to video: no negative prompt, no image, one expert
+
+    @classmethod
+    def from_pretrained(cls, path, *, parts=frozenset(), **options):
+        return cls()
+
+    def validate(self, shape, steps) -> None:
+        check_video_shape(shape, steps, size_multiple=16, frame_stride=4, model=TOY)
 
 
 def _toy_demo():
@@ -144,3 +155,25 @@ def test_importing_the_registry_imports_no_model_code():
             "print(sorted(m for m in sys.modules if m.startswith(('pipedit.', 'torch', 'diffusers'))))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "['pipedit.errors', 'pipedit.families']"
+
+
+def test_the_api_validates_for_a_registered_family_and_refuses_what_it_lacks(toy, tmp_path):
+    from pipedit.serve.errors import ApiError
+    from pipedit.serve.params import ServiceLimits, resolve
+    from pipedit.serve.schemas import VideoCreateParams
+
+    validate = shape_validator(_checkpoint(tmp_path / "toy", "ToyVideoPipeline"))
+
+    def create(**fields):
+        return resolve(VideoCreateParams(prompt="a toy", **fields), "toy", GenerationDefaults(), ServiceLimits(),
+                       validate)
+
+    assert create(size="64x32", num_frames=9).num_frames == 9
+    with pytest.raises(ApiError) as shape:
+        create(size="64x40")
+    assert shape.value.code == "unsupported_shape" and "multiples of 16 for toy-video" in shape.value.message
+    for field, value in (("negative_prompt", "blurry"), ("guidance_scale_2", 3.0)):
+        with pytest.raises(ApiError) as refused:
+            create(**{field: value})
+        assert (refused.value.param, refused.value.code) == (field, "unsupported_parameter")
+        assert TOY in refused.value.message and "leave it out" in refused.value.message
