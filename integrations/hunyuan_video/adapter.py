@@ -17,6 +17,7 @@ from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_
 from pipedit.attention.autotune import AttentionShape
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
+from pipedit.model_hooks import AdapterHooks
 
 from .parallel import TextKeys, install_processors
 from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
@@ -27,7 +28,7 @@ CLIP_MAX_TOKENS = 77
 LLAMA_LAYERS_SKIPPED = 2
 
 
-class HunyuanVideoAdapter(ComponentAccess):
+class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     family = "hunyuan_video"
     component_names = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae")
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share

@@ -17,6 +17,7 @@ from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_
 from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.guidance import GuidedPrediction
+from pipedit.model_hooks import AdapterHooks
 
 from .checkpoint import TEXT_ENCODER_FOLDER, VAE_FOLDER, find_transformer_folder, read_json
 from .sampler import initial_noise, make_scheduler
@@ -26,7 +27,7 @@ VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # WFVAEModel_D8_4x8x8
 VAE_TILING_MODES = ("auto", "on", "off")
 
 
-class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
+class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     family = "opensora-plan"
     component_names = ("tokenizer", "text_encoder", "transformer", "vae")
     # The paper places OpenSoraPlan's text encoder with the DiT.

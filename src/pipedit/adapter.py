@@ -84,7 +84,9 @@ class ComponentAccess:
 
 class ModelAdapter(Protocol):
     """One model family. Loads the parts a rank's role needs (`parts`); shapes come from the
-    component configs, so every role can validate requests and size buffers."""
+    component configs, so every role can validate requests and size buffers. The optional hooks
+    (guidance per step, CFG branches, experts, step cache, split decode) are declared with their
+    defaults on pipedit.model_hooks.AdapterHooks, which every adapter inherits."""
 
     family: str
     preferred_text_encoder: str  # "dit" or "vae": which group holds the text encoders by default
