@@ -18,6 +18,7 @@ from pipedit.attention.autotune import AttentionShape
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.model_hooks import AdapterHooks
+from pipedit.sampling import SamplingParams
 
 from .checkpoint import TEXT_ENCODER_FOLDER, VAE_FOLDER, find_transformer_folder, read_json
 from .sampler import initial_noise, make_scheduler
@@ -169,8 +170,8 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
         return initial_noise(self.latent_shape(shape), generator, self.device)
 
-    def make_scheduler(self, steps: int):
-        scheduler = make_scheduler(steps, self.device)
+    def make_scheduler(self, sampling: SamplingParams):
+        scheduler = make_scheduler(sampling, self.device)
         return scheduler, scheduler.timesteps
 
     # -- decoding --------------------------------------------------------------------------

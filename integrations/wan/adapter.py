@@ -26,6 +26,7 @@ from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.model_hooks import AdapterHooks
+from pipedit.sampling import SamplingParams
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts
@@ -253,8 +254,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
         return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
-    def make_scheduler(self, steps: int):
-        return make_scheduler(self.components["scheduler"], steps, self.device)
+    def make_scheduler(self, sampling: SamplingParams):
+        return make_scheduler(self.components["scheduler"], sampling, self.device)
 
     # -- decoding --------------------------------------------------------------------------
     @torch.no_grad()

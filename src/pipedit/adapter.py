@@ -13,6 +13,7 @@ from typing import Any, Protocol
 import torch
 
 from .errors import InvalidRequestError, ModelPathError
+from .sampling import SamplingParams
 
 # Model name (--model) -> "module:class" of the adapter, imported lazily.
 _MODELS: dict[str, str] = {
@@ -123,8 +124,9 @@ class ModelAdapter(Protocol):
         """Unit-variance initial noise, the request generator's first draw; the denoising job
         scales it by the scheduler's init_noise_sigma when the scheduler has one."""
 
-    def make_scheduler(self, steps: int) -> tuple[Any, torch.Tensor]:
-        """A fresh scheduler with its timesteps set (schedulers are stateful: one per request)."""
+    def make_scheduler(self, sampling: SamplingParams) -> tuple[Any, torch.Tensor]:
+        """A fresh scheduler with its timesteps set for `sampling` (pipedit.sampling; built from a
+        request by SamplingParams.of); schedulers are stateful: one per request."""
 
     def predict_noise(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
                       guidance_scale: float) -> torch.Tensor: ...

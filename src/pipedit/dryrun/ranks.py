@@ -116,8 +116,8 @@ class _HostTimesteps:
 def _host_scheduler(make):
     """Schedulers read their tables' values (.item(), nonzero() for the step index): they are
     built and stepped on host data; their arithmetic on the fake latents stays fake."""
-    def call(*args, **kwargs):
-        scheduler, timesteps = _on_host(make)(*args, **kwargs)
+    def call(sampling):  # the adapter's make_scheduler(SamplingParams)
+        scheduler, timesteps = _on_host(make)(sampling)
         if hasattr(scheduler, "set_begin_index"):  # the job starts at step 0; the index from the
             scheduler.set_begin_index(0)  # (fake) timestep would need its value (nonzero)
         for name in ("step", "scale_model_input"):

@@ -25,6 +25,7 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..request import VideoRequest
+from ..sampling import SamplingParams
 
 
 def step_guidance_scale(adapter: ModelAdapter, request: VideoRequest, timestep: torch.Tensor) -> float:
@@ -46,7 +47,7 @@ class DenoiseJob:
     @classmethod
     def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
               predict: Callable[..., torch.Tensor] | None = None) -> "DenoiseJob":
-        scheduler, timesteps = adapter.make_scheduler(request.steps)
+        scheduler, timesteps = adapter.make_scheduler(SamplingParams.of(request))
         generator = request.generator()
         latents = adapter.prepare_latents(request.shape, generator)
         if hasattr(scheduler, "init_noise_sigma"):  # diffusers' convention (e.g. Euler: sigmas.max())
