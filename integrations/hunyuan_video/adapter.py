@@ -18,6 +18,8 @@ from pipedit.attention.autotune import AttentionShape
 from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
+from pipedit.model_hooks import AdapterHooks
+from pipedit.sampling import SamplingParams
 
 from .parallel import TextKeys, install_processors
 from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
@@ -28,7 +30,7 @@ CLIP_MAX_TOKENS = 77
 LLAMA_LAYERS_SKIPPED = 2
 
 
-class HunyuanVideoAdapter(ComponentAccess):
+class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     family = "hunyuan-video"
     component_names = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae")
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
@@ -170,9 +172,9 @@ class HunyuanVideoAdapter(ComponentAccess):
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
         return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
-    def make_scheduler(self, steps: int):
+    def make_scheduler(self, sampling: SamplingParams):
         scheduler = type(self.components["scheduler"]).from_config(self.scheduler_config)
-        sigmas = np.linspace(1.0, 0.0, steps + 1)[:-1]
+        sigmas = np.linspace(1.0, 0.0, sampling.steps + 1)[:-1]
         scheduler.set_timesteps(sigmas=sigmas, device=self.device)
         scheduler.set_begin_index(0)
         return scheduler, scheduler.timesteps

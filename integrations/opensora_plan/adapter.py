@@ -18,6 +18,8 @@ from pipedit.attention.autotune import AttentionShape
 from pipedit.capabilities import Capabilities
 from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.guidance import GuidedPrediction
+from pipedit.model_hooks import AdapterHooks
+from pipedit.sampling import SamplingParams
 
 from .checkpoint import TEXT_ENCODER_FOLDER, VAE_FOLDER, find_transformer_folder, read_json
 from .sampler import initial_noise, make_scheduler
@@ -27,7 +29,7 @@ VAE_TEMPORAL, VAE_SPATIAL = 4, 8  # WFVAEModel_D8_4x8x8
 VAE_TILING_MODES = ("auto", "on", "off")
 
 
-class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
+class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     family = "opensora-plan"
     component_names = ("tokenizer", "text_encoder", "transformer", "vae")
     # The paper places OpenSoraPlan's text encoder with the DiT.
@@ -167,8 +169,8 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction):
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
         return initial_noise(self.latent_shape(shape), generator, self.device)
 
-    def make_scheduler(self, steps: int):
-        scheduler = make_scheduler(steps, self.device)
+    def make_scheduler(self, sampling: SamplingParams):
+        scheduler = make_scheduler(sampling, self.device)
         return scheduler, scheduler.timesteps
 
     # -- decoding --------------------------------------------------------------------------

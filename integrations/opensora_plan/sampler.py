@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from diffusers import EulerAncestralDiscreteScheduler
 
+from pipedit.sampling import SamplingParams
+
 SCHEDULER_CONFIG = {
     "prediction_type": "v_prediction",
     "rescale_betas_zero_snr": True,
@@ -17,10 +19,11 @@ SCHEDULER_CONFIG = {
 }
 
 
-def make_scheduler(steps: int | None = None, device=None) -> EulerAncestralDiscreteScheduler:
+def make_scheduler(sampling: SamplingParams | None = None, device=None) -> EulerAncestralDiscreteScheduler:
+    """The official sampler; with `sampling`, its timesteps set for sampling.steps."""
     scheduler = EulerAncestralDiscreteScheduler(**SCHEDULER_CONFIG)
-    if steps is not None:
-        scheduler.set_timesteps(steps, device=device)
+    if sampling is not None:
+        scheduler.set_timesteps(sampling.steps, device=device)
     return scheduler
 
 

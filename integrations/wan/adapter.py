@@ -27,6 +27,8 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
+from pipedit.model_hooks import AdapterHooks
+from pipedit.sampling import SamplingParams
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts
@@ -39,7 +41,7 @@ _T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
 _IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
-class WanAdapter(ComponentAccess, GuidedPrediction):
+class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     family = "wan"
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
@@ -158,7 +160,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
                 {"prompt_embeds": cond["prompt_embeds"], **shared}]
 
     def guidance_scale_at(self, request, timestep) -> float:
-        """The step's guidance scale (runtime/denoise.py asks every adapter that has this):
+        """The step's guidance scale (an AdapterHooks hook, asked by runtime/denoise.py):
         Wan2.2's low-noise expert uses guidance_scale_2 (None: guidance_scale), as diffusers."""
         experts = self.expert_set
         if experts is None:
@@ -252,8 +254,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction):
     def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
         return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
-    def make_scheduler(self, steps: int):
-        return make_scheduler(self.components["scheduler"], steps, self.device)
+    def make_scheduler(self, sampling: SamplingParams):
+        return make_scheduler(self.components["scheduler"], sampling, self.device)
 
     # -- decoding --------------------------------------------------------------------------
     @torch.no_grad()

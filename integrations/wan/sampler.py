@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from pipedit.sampling import SamplingParams
+
 
 class GeneratorFreeStep:
     """A scheduler whose step() takes no generator (UniPC is deterministic) behind pipedit's loop,
@@ -23,10 +25,10 @@ class GeneratorFreeStep:
         return getattr(self.__dict__["inner"], name)
 
 
-def make_scheduler(template, steps: int, device) -> tuple[Any, torch.Tensor]:
+def make_scheduler(template, sampling: SamplingParams, device) -> tuple[Any, torch.Tensor]:
     """A new scheduler of the checkpoint's class and config, timesteps set as WanPipeline sets them."""
     scheduler = type(template).from_config(template.config)
-    scheduler.set_timesteps(steps, device=device)
+    scheduler.set_timesteps(sampling.steps, device=device)
     scheduler.set_begin_index(0)
     if "generator" not in inspect.signature(scheduler.step).parameters:
         scheduler = GeneratorFreeStep(scheduler)

@@ -14,6 +14,7 @@ import torch
 from .capabilities import Capabilities
 from .errors import InvalidRequestError, ModelPathError
 from .fields import FIELDS
+from .sampling import SamplingParams
 
 from . import families as _families
 from .families import family_of_checkpoint, read_model_index  # noqa: F401 (read_model_index: re-exported)
@@ -72,7 +73,9 @@ class ComponentAccess:
 
 class ModelAdapter(Protocol):
     """One model family. Loads the parts a rank's role needs (`parts`); shapes come from the
-    component configs, so every role can validate requests and size buffers."""
+    component configs, so every role can validate requests and size buffers. The optional hooks
+    (guidance per step, CFG branches, experts, step cache, split decode) are declared with their
+    defaults on pipedit.model_hooks.AdapterHooks, which every adapter inherits."""
 
     family: str
     preferred_text_encoder: str  # "dit" or "vae": which group holds the text encoders by default
@@ -108,8 +111,9 @@ class ModelAdapter(Protocol):
         """Unit-variance initial noise, the request generator's first draw; the denoising job
         scales it by the scheduler's init_noise_sigma when the scheduler has one."""
 
-    def make_scheduler(self, steps: int) -> tuple[Any, torch.Tensor]:
-        """A fresh scheduler with its timesteps set (schedulers are stateful: one per request)."""
+    def make_scheduler(self, sampling: SamplingParams) -> tuple[Any, torch.Tensor]:
+        """A fresh scheduler with its timesteps set for `sampling` (pipedit.sampling; built from a
+        request by SamplingParams.of); schedulers are stateful: one per request."""
 
     def predict_noise(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
                       guidance_scale: float) -> torch.Tensor: ...

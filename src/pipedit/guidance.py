@@ -26,8 +26,10 @@ def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.
 class GuidedPrediction:
     """The CFG seam's shared half, for an adapter that defines `cfg_branches(cond)` ([negative,
     positive] conditions) and `predict_branches(latents, timestep, branches)` (one prediction per
-    branch): the branches a step runs, their combination, and predict_noise on one rank."""
+    branch): the branches a step runs, their combination, and predict_noise on one rank. Listed
+    before pipedit.model_hooks.AdapterHooks among an adapter's bases, it overrides those defaults."""
 
+    has_cfg_branches = True  # CFG parallel can run the branches on separate groups
     combine_guidance = staticmethod(combine_guidance)
 
     def branches_for(self, cond: dict, guidance_scale: float) -> list:

@@ -3,13 +3,15 @@
 import torch
 
 from pipedit.distributed.context import ParallelContext
+from pipedit.model_hooks import AdapterHooks
 from pipedit.runtime.cfg_parallel import CfgParallelPredictor
 
 
-class ToyCfgAdapter:
+class ToyCfgAdapter(AdapterHooks):
     """The CFG seam of a model whose branches differ by their text condition."""
 
     family = "toy"
+    has_cfg_branches = True
 
     def cfg_branches(self, cond):
         return [{"text": cond["negative"]}, {"text": cond["positive"]}]

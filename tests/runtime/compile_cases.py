@@ -6,6 +6,7 @@ from pipedit.adapter import VideoShape, load_adapter
 from pipedit.attention.registry import get_attention_strategy
 from pipedit.distributed.context import ParallelContext
 from pipedit.runtime.compile import apply_compile
+from pipedit.sampling import SamplingParams
 
 
 def ulysses_eager_then_compiled(rank, world_size, checkpoint, shape: VideoShape, chunk_heads):
@@ -18,7 +19,7 @@ def ulysses_eager_then_compiled(rank, world_size, checkpoint, shape: VideoShape,
     adapter.enable_sequence_parallel(ctx, strategy)
     cond = adapter.prepare_condition(adapter.encode_prompt("a lighthouse at dusk"))
     latents = adapter.prepare_latents(shape, torch.Generator().manual_seed(5))
-    timestep = adapter.make_scheduler(2)[1][0]
+    timestep = adapter.make_scheduler(SamplingParams(steps=2))[1][0]
     eager = adapter.predict_noise(latents, timestep, cond, 6.0)
     apply_compile(adapter.transformer, ctx.device)
     compiled = adapter.predict_noise(latents, timestep, cond, 6.0)

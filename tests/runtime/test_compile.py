@@ -26,6 +26,7 @@ from pipedit.errors import UserInputError
 from pipedit.request import VideoRequest
 from pipedit.runtime import compile as regional
 from pipedit.runtime.engine import Engine
+from pipedit.sampling import SamplingParams
 
 PROBLEM = regional.compiler_problem(torch.device("cpu"))
 needs_compiler = pytest.mark.skipif(PROBLEM is not None, reason=f"no inductor compiler: {PROBLEM}")
@@ -122,7 +123,7 @@ def test_attention_runs_outside_the_graphs(demo_checkpoint):
     cond = adapter.prepare_condition(adapter.encode_prompt(CASE.prompt))
     shape = VideoShape(CASE.height, CASE.width, CASE.frames)
     latents = adapter.prepare_latents(shape, torch.Generator().manual_seed(0))
-    adapter.predict_noise(latents, adapter.make_scheduler(2)[1][0], cond, 6.0)
+    adapter.predict_noise(latents, adapter.make_scheduler(SamplingParams(steps=2))[1][0], cond, 6.0)
     assert True in traced  # the blocks were traced...
     assert seen and not any(seen)  # ...and every attention call ran eagerly
 

@@ -27,7 +27,7 @@ def test_a_result_that_cannot_be_recorded_is_retried_then_fails_with_the_cause(t
     def broken(*args):
         raise RuntimeError("the database went away")
 
-    monkeypatch.setattr(service, "_complete", broken)
+    monkeypatch.setattr(service.dispatcher, "_complete", broken)
     try:
         job = service.create(VideoCreateParams(prompt="a fox"))
         failed = _final(service, job.id)
@@ -66,7 +66,7 @@ def test_a_request_the_engine_cannot_take_fails_at_once(tmp_path):
         bad = dict(_params(), prompt="   ")  # passed the API once; VideoRequest refuses it
         service.store.add(JobRecord(id="video_" + "cd" * 16, status="queued", created_at=time.time(), params=bad,
                                     extras={"stage": "queued"}))
-        service._wake.set()
+        service.dispatcher.wake.set()
         failed = _final(service, "video_" + "cd" * 16)
         assert failed.error.code == "invalid_request" and "prompt" in failed.error.message
         assert engine.submitted == [] and service.store.get(failed.id).attempt == 1

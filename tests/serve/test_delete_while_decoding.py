@@ -32,9 +32,9 @@ def test_deleting_a_decoding_job_leaks_nothing(tmp_path):
         job = service.create(VideoCreateParams(prompt="a fox"))
         wait_for(lambda: service.get(job.id).pipedit.stage == "decoding", timeout=10)
         service.delete(job.id)
-        wait_for(lambda: service._attempt(job.id) is None, timeout=10)  # the heartbeat saw it gone
+        wait_for(lambda: service.dispatcher.attempt(job.id) is None, timeout=10)  # the heartbeat saw it gone
         gate.set()
-        wait_for(lambda: not service._claimed_at, timeout=10)
+        wait_for(lambda: not service.dispatcher.claimed_at, timeout=10)
         assert core._outcomes == {} and core._kept_at == {} and core._running == set()
         assert list((tmp_path / "videos").iterdir()) == []
     finally:

@@ -83,9 +83,9 @@ def _replica(url, folder, name):
 def _die(service):
     """What a killed process leaves: its threads stop, it renews nothing and releases nothing."""
     service.engine.freeze()
-    service._closing.set()
-    service._wake.set()
-    for thread in service._threads:
+    service.dispatcher.closing.set()
+    service.dispatcher.wake.set()
+    for thread in service.dispatcher.threads:
         thread.join(timeout=10)
 
 
@@ -105,7 +105,7 @@ def test_a_dead_replicas_job_is_finished_once_by_the_other(store_url, tmp_path):
         # The presumed-dead replica's result arrives late: fenced off, the row and the file stay.
         before, mtime = rows[held], (tmp_path / "videos" / f"{held}.mp4").stat().st_mtime_ns
         late = VideoResult(held, torch.zeros(5, 8, 8, 3), torch.zeros(1))
-        a._finish(late, attempt=1)
+        a.dispatcher.finish(late, attempt=1)
         assert b.store.get(held) == before
         assert (tmp_path / "videos" / f"{held}.mp4").stat().st_mtime_ns == mtime
     finally:

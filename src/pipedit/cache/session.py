@@ -31,11 +31,12 @@ class WorkerCache:
         if not spec.enabled:
             return None
         family = getattr(self.adapter, "family", type(self.adapter).__name__)
-        if not callable(getattr(self.adapter, "cache_blocks", None)):
+        blocks = self.adapter.cache_blocks() if self.hook is None else self.hook.blocks
+        if blocks is None:  # the model has no step cache (AdapterHooks' default)
             raise InvalidRequestError(f"{family} does not support step caching; use cache none")
         policy = make_policy(spec, family)
         if self.hook is None:
-            self.hook = StepCache(self.adapter.cache_blocks(), self.agreement, self.on_skip)
+            self.hook = StepCache(blocks, self.agreement, self.on_skip)
         if policy.signal == "modulated_input" and self.hook.blocks.modulated_input is None:
             raise InvalidRequestError(f"{family} exposes no TeaCache signal; use fbcache:T or cache none")
         return CacheState(spec, policy, total_steps)

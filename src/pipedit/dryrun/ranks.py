@@ -125,8 +125,8 @@ class _HostTimesteps:
 def _host_scheduler(make):
     """Schedulers read their tables' values (.item(), nonzero() for the step index): they are
     built and stepped on host data; their arithmetic on the fake latents stays fake."""
-    def call(*args, **kwargs):
-        scheduler, timesteps = _on_host(make)(*args, **kwargs)
+    def call(sampling):  # the adapter's make_scheduler(SamplingParams)
+        scheduler, timesteps = _on_host(make)(sampling)
         if hasattr(scheduler, "set_begin_index"):  # the job starts at step 0; the index from the
             scheduler.set_begin_index(0)  # (fake) timestep would need its value (nonzero)
         for name in ("step", "scale_model_input"):
@@ -217,7 +217,7 @@ class WorldRun:
         worker.setup(self.model_path)
         worker.adapter.prepare_condition = _on_host(worker.adapter.prepare_condition)
         worker.adapter.make_scheduler = _host_scheduler(worker.adapter.make_scheduler)
-        experts = getattr(worker.adapter, "expert_set", None)  # Wan2.2 A14B: the expert of a step
+        experts = worker.adapter.expert_set  # Wan2.2 A14B: the expert of a step
         if experts is not None:  # is chosen from the timestep's value (host data, _HostTimesteps)
             experts.index_for = _on_host(experts.index_for)
         counter.tag(_weights(worker.adapter), "weights")
@@ -231,7 +231,7 @@ class WorldRun:
         """model.idle_expert offload: the idle expert waits in host memory (loaded there, swapped
         with the other one on the device), so one expert's weights count at any time. The adapter
         does not move anything on a CPU device (the dry run's): its storages are uncounted here."""
-        experts = getattr(worker.adapter, "experts", []) if "dit" in self.layout.parts(rank) else []
+        experts = worker.adapter.experts if "dit" in self.layout.parts(rank) else []
         if getattr(self.config.model, "idle_expert", "resident") == "offload" and len(experts) > 1:
             for idle in experts[1:]:
                 counter.forget(list(idle.parameters()) + list(idle.buffers()))

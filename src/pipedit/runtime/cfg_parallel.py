@@ -15,16 +15,15 @@ from ..distributed.collectives import all_gather_async
 from ..distributed.context import ParallelContext
 from ..errors import UserInputError
 
-_SEAM = ("cfg_branches", "predict_branches", "combine_guidance")
-
 
 def check_cfg_capable(adapter) -> None:
-    missing = [name for name in _SEAM if not callable(getattr(adapter, name, None))]
-    if missing:
+    """`adapter`: an adapter or its class (the engine asks before any weights load); refused
+    unless its has_cfg_branches (pipedit.model_hooks.AdapterHooks) says it has the seam."""
+    if not adapter.has_cfg_branches:
         family = getattr(adapter, "family", type(adapter).__name__)
         raise UserInputError(
             f"--cfg-parallel needs a model that runs classifier-free guidance as separate conditional and "
-            f"unconditional passes; {family} has no CFG branches (missing {', '.join(missing)}). "
+            f"unconditional passes; {family} has no CFG branches (cfg_branches, predict_branches). "
             f"Drop --cfg-parallel for this model"
         )
 

@@ -36,7 +36,7 @@ class DecodeWorker(RankWorker):
 
     def split_units(self, request: VideoRequest) -> int:
         """Units a decode of this request would be split into over the decode group now (1: none)."""
-        if self.decode_group is None or not hasattr(self.adapter, "split_units"):
+        if self.decode_group is None:
             return 1
         return self.adapter.split_units(self.adapter.latent_shape(request.shape), len(self.decode_group.ranks))
 

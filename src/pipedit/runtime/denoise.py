@@ -3,11 +3,12 @@
 A DenoiseJob holds one request's loop state so that the engine advances it step by step on
 every denoise rank (progress events, Aco decisions per step, interleaving with decodes).
 
-Guidance: the scale of a step is the adapter's `guidance_scale_at(request, timestep)` where it
-has one (Wan2.2 A14B: guidance_scale_2 for the low-noise expert), else the request's
-guidance_scale; predict_noise and CFG parallel's predictor both receive that per-step scale.
-After the last step an adapter's optional `finish_latents(latents, cond)` gets the final say
-(Wan2.2 TI2V: the image's latents put back in the first frame, as the reference pipeline does).
+Guidance: the scale of a step is the adapter's `guidance_scale_at(request, timestep)` (by
+default the request's guidance_scale; Wan2.2 A14B: guidance_scale_2 for the low-noise expert);
+predict_noise and CFG parallel's predictor both receive that per-step scale. After the last step
+the adapter's `finish_latents(latents, cond)` gets the final say (by default unchanged; Wan2.2
+TI2V: the image's latents put back in the first frame, as the reference pipeline does). Both are
+pipedit.model_hooks.AdapterHooks hooks.
 
 Reproducibility: one CPU generator per request draws the initial noise and then whatever the
 scheduler draws in its steps (an ancestral sampler's noise, after each model call). Every rank
@@ -24,11 +25,11 @@ import torch
 
 from ..adapter import ModelAdapter
 from ..request import VideoRequest
+from ..sampling import SamplingParams
 
 
 def step_guidance_scale(adapter: ModelAdapter, request: VideoRequest, timestep: torch.Tensor) -> float:
-    per_step = getattr(adapter, "guidance_scale_at", None)
-    return request.guidance_scale if per_step is None else per_step(request, timestep)
+    return adapter.guidance_scale_at(request, timestep)
 
 
 @dataclass
@@ -46,7 +47,7 @@ class DenoiseJob:
     @classmethod
     def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
               predict: Callable[..., torch.Tensor] | None = None) -> "DenoiseJob":
-        scheduler, timesteps = adapter.make_scheduler(request.steps)
+        scheduler, timesteps = adapter.make_scheduler(SamplingParams.of(request))
         generator = request.generator()
         latents = adapter.prepare_latents(request.shape, generator)
         if hasattr(scheduler, "init_noise_sigma"):  # diffusers' convention (e.g. Euler: sigmas.max())
@@ -71,5 +72,5 @@ class DenoiseJob:
         self.latents = self.scheduler.step(noise, timestep, self.latents, generator=self.generator,
                                            return_dict=False)[0]
         self.steps_done += 1
-        if self.finished and hasattr(adapter, "finish_latents"):  # e.g. Wan2.2 TI2V's given first frame
+        if self.finished:  # e.g. Wan2.2 TI2V's given first frame
             self.latents = adapter.finish_latents(self.latents, self.cond)

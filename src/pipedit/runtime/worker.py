@@ -69,7 +69,7 @@ class DenoiseWorker(RankWorker):
 
     def _transformers(self) -> list:
         """Every DiT this rank holds (Wan2.2 A14B: two experts)."""
-        return list(getattr(self.adapter, "experts", [self.adapter.transformer]))
+        return list(self.adapter.experts)
 
     def _decode_offloaded(self, latents: torch.Tensor) -> torch.Tensor:
         # Only the DiTs on the device leave (an offloaded idle expert already waits on the host)

@@ -1,0 +1,83 @@
+"""The optional half of the model-adapter seam: hooks the engine calls on every adapter, each
+declared here with the behaviour a model that needs nothing special gets. Every adapter inherits
+AdapterHooks and overrides what its model does differently; the engine calls the hooks directly.
+
+The required half (loading, prompts, latents, scheduler, noise prediction, decoding) is the
+ModelAdapter protocol in pipedit.adapter."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+
+from .guidance import combine_guidance
+
+
+class AdapterHooks:
+    """Defaults for the optional adapter hooks (see each method)."""
+
+    # -- guidance ---------------------------------------------------------------------------
+    # Whether classifier-free guidance runs as separate branch passes (cfg_branches and
+    # predict_branches below are the model's own): what CFG parallel needs. A class attribute, so
+    # that the engine can tell before any weights load.
+    has_cfg_branches: ClassVar[bool] = False
+
+    def guidance_scale_at(self, request, timestep: torch.Tensor) -> float:
+        """The guidance scale of the step at `timestep`; default: the request's guidance_scale at
+        every step (Wan2.2 A14B: guidance_scale_2 for its low-noise expert)."""
+        return request.guidance_scale
+
+    def cfg_branches(self, cond: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]] | None:
+        """The conditions of guidance's branches, [negative, positive] (combine_guidance's order);
+        default None: the model has no CFG branches (it predicts in one pass, e.g. embedded
+        guidance), and CFG parallel runs predict_noise whole."""
+        return None
+
+    def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
+                         branches: list[dict[str, torch.Tensor]]) -> list[torch.Tensor]:
+        """One noise prediction per branch of cfg_branches; only models with CFG branches have it."""
+        raise NotImplementedError(f"{type(self).__name__} has no CFG branches to predict")
+
+    def combine_guidance(self, preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
+        """The branch predictions [uncond, cond] -> the guided prediction; default
+        uncond + g * (cond - uncond) (pipedit.guidance.combine_guidance)."""
+        return combine_guidance(preds, guidance_scale)
+
+    # -- denoising --------------------------------------------------------------------------
+    def finish_latents(self, latents: torch.Tensor, cond: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The final say on the latents after the last step; default: unchanged (Wan2.2 TI2V puts
+        the given image's latents back in the first frame)."""
+        return latents
+
+    @property
+    def experts(self) -> list:
+        """Every DiT the adapter holds, each with parallel attention installed; default: the one
+        transformer (Wan2.2 A14B: both experts)."""
+        return [self.transformer]
+
+    # The chooser of the expert of each timestep for models that switch transformers during
+    # denoising (Wan2.2 A14B: its Experts, whose index_for(timestep) picks one); None: one DiT.
+    expert_set: Any = None
+
+    # -- step cache (pipedit.cache) -----------------------------------------------------------
+    def cache_blocks(self) -> Any:
+        """The transformer's blocks as the step cache sees them (pipedit.cache.blocks.CacheBlocks);
+        default None: the model has no step cache (a request asking for one is refused)."""
+        return None
+
+    # -- decoding -----------------------------------------------------------------------------
+    def decode_mode(self, latent_shape) -> int:
+        """How a decode of this latent shape runs on this rank now (0: untiled, 1: tiled), the
+        value every rank of a split decode agrees on; default 0 (the model always decodes untiled)."""
+        return 0
+
+    def split_units(self, latent_shape, parts: int) -> int:
+        """How many units a decode of this shape splits into over `parts` decode ranks; default 1:
+        the model cannot split a decode (one rank decodes each video whole)."""
+        return 1
+
+    def split_plan(self, latents: torch.Tensor, mode: int, parts: int) -> Any:
+        """The plan of a split decode (pipedit.runtime.split_decode); only asked of a model whose
+        split_units gave 2 or more."""
+        raise NotImplementedError(f"{type(self).__name__} cannot split a decode over several ranks")
