@@ -23,7 +23,7 @@ def test_the_defaults_are_those_of_a_model_that_needs_nothing_special():
     assert hooks.guidance_scale_at(request, torch.tensor(500.0)) == 4.5
     assert hooks.finish_latents(latents, {}) is latents
     assert hooks.experts == ["dit"] and hooks.expert_set is None
-    assert hooks.cfg_branches({}) is None and not AdapterHooks.has_cfg_branches
+    assert hooks.cfg_branches({}) is None
     assert hooks.cache_blocks() is None
     assert hooks.decode_mode((1, 16, 2, 4, 4)) == 0 and hooks.split_units((1, 16, 2, 4, 4), 2) == 1
     with pytest.raises(NotImplementedError):
@@ -36,7 +36,7 @@ def test_the_defaults_are_those_of_a_model_that_needs_nothing_special():
                                                      (OpenSoraPlanAdapter, True), (WanAdapter, True)])
 def test_every_adapter_inherits_the_hooks(adapter_class, branches):
     assert issubclass(adapter_class, AdapterHooks)
-    assert adapter_class.has_cfg_branches is branches
+    assert adapter_class.capabilities.cfg_parallel is branches
 
 
 def test_sampling_params_come_from_the_request():

@@ -35,7 +35,7 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # The paper places OpenSoraPlan's text encoder with the DiT.
     preferred_text_encoder = "dit"
     # Skiparse layers need a head's whole sequence on one rank: Ulysses only, no ring.
-    capabilities = Capabilities(negative_prompt=True, ring=False)
+    capabilities = Capabilities(negative_prompt=True, ring=False, cfg_parallel=True)
     temporal_ratio = VAE_TEMPORAL  # frames per latent frame (the server lists 4k+1 frame counts)
 
     def __init__(self, components: dict, dit_config: dict, device, dtype: torch.dtype | None, vae_tiling: str = "auto"):

@@ -47,7 +47,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
     # Image-to-video and two-expert checkpoints widen these at load (image, needs_image, guidance_scale_2).
-    capabilities = Capabilities(negative_prompt=True)
+    capabilities = Capabilities(negative_prompt=True, cfg_parallel=True)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident"):

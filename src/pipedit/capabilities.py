@@ -17,3 +17,6 @@ class Capabilities:
     # Ring attention (a head's sequence split over ranks); sparse layers that attend over a head's
     # whole sequence on one rank (OpenSoraPlan's Skiparse) cannot.
     ring: bool = True
+    # Classifier-free guidance as separate conditional and unconditional passes (the adapter's
+    # cfg_branches and predict_branches, pipedit.guidance.GuidedPrediction): what CFG parallel runs.
+    cfg_parallel: bool = False

@@ -29,7 +29,6 @@ class GuidedPrediction:
     branch): the branches a step runs, their combination, and predict_noise on one rank. Listed
     before pipedit.model_hooks.AdapterHooks among an adapter's bases, it overrides those defaults."""
 
-    has_cfg_branches = True  # CFG parallel can run the branches on separate groups
     combine_guidance = staticmethod(combine_guidance)
 
     def branches_for(self, cond: dict, guidance_scale: float) -> list:

@@ -7,7 +7,7 @@ ModelAdapter protocol in pipedit.adapter."""
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 import torch
 
@@ -18,10 +18,8 @@ class AdapterHooks:
     """Defaults for the optional adapter hooks (see each method)."""
 
     # -- guidance ---------------------------------------------------------------------------
-    # Whether classifier-free guidance runs as separate branch passes (cfg_branches and
-    # predict_branches below are the model's own): what CFG parallel needs. A class attribute, so
-    # that the engine can tell before any weights load.
-    has_cfg_branches: ClassVar[bool] = False
+    # An adapter whose guidance runs as separate branch passes (cfg_branches and predict_branches
+    # below are its own) says so in its capabilities (cfg_parallel), which CFG parallel needs.
 
     def guidance_scale_at(self, request, timestep: torch.Tensor) -> float:
         """The guidance scale of the step at `timestep`; default: the request's guidance_scale at

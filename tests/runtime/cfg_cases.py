@@ -2,6 +2,7 @@
 
 import torch
 
+from pipedit.capabilities import Capabilities
 from pipedit.distributed.context import ParallelContext
 from pipedit.model_hooks import AdapterHooks
 from pipedit.runtime.cfg_parallel import CfgParallelPredictor
@@ -11,7 +12,7 @@ class ToyCfgAdapter(AdapterHooks):
     """The CFG seam of a model whose branches differ by their text condition."""
 
     family = "toy"
-    has_cfg_branches = True
+    capabilities = Capabilities(cfg_parallel=True)
 
     def cfg_branches(self, cond):
         return [{"text": cond["negative"]}, {"text": cond["positive"]}]

@@ -18,8 +18,8 @@ from ..errors import UserInputError
 
 def check_cfg_capable(adapter) -> None:
     """`adapter`: an adapter or its class (the engine asks before any weights load); refused
-    unless its has_cfg_branches (pipedit.model_hooks.AdapterHooks) says it has the seam."""
-    if not adapter.has_cfg_branches:
+    unless its capabilities say it has the seam (cfg_parallel)."""
+    if not adapter.capabilities.cfg_parallel:
         family = getattr(adapter, "family", type(adapter).__name__)
         raise UserInputError(
             f"--cfg-parallel needs a model that runs classifier-free guidance as separate conditional and "
