@@ -1,6 +1,6 @@
 """The Ray Serve application: one deployment whose replicas each own an engine (rank group).
 
-A replica builds the EngineCore (its rank actors go into the replica's own placement group:
+A replica builds the EngineLoop (its rank actors go into the replica's own placement group:
 bundle 0 is the replica, then one bundle per rank, STRICT_PACK, so Serve places whole rank
 groups on one node), the job service over the durable store, and the FastAPI app, which Serve
 serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder

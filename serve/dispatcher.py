@@ -1,4 +1,4 @@
-"""The job service's engine side: takes jobs from the store for its engine core, keeps their
+"""The job service's engine side: takes jobs from the store for its engine loop, keeps their
 leases, and turns the engine's events and outcomes into job rows and mp4 files.
 
 Threads: the engine's loop thread calls `on_event` (fast: one row update); a collector thread
@@ -31,7 +31,7 @@ from collections.abc import Callable
 
 from pipedit.errors import UserInputError
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.video import VideoWriteError, encode_mp4, publish
 
 from .admission import Admission
@@ -50,7 +50,7 @@ class Dispatcher:
     job into its engine request; `lock` guards `ours` and a completion's publishing against a
     job's removal (the sweeper's lock)."""
 
-    def __init__(self, engine: EngineCore, store: JobStore, owner: str, *, lease_s: float, max_attempts: int,
+    def __init__(self, engine: EngineLoop, store: JobStore, owner: str, *, lease_s: float, max_attempts: int,
                  admission: Admission, sweeper: FileSweeper, request_of: Callable[[JobRecord], VideoRequest],
                  lock: threading.Lock):
         self.engine, self.store, self.owner = engine, store, owner

@@ -1,6 +1,6 @@
 """JobService: the only thing the HTTP layer talks to. It checks requests, keeps every job in
 the durable store and answers from it; its dispatcher (dispatcher.py) takes jobs from the store
-for its engine core and turns the engine's events and outcomes into job rows and mp4 files, and
+for its engine loop and turns the engine's events and outcomes into job rows and mp4 files, and
 its sweeper (sweeper.py) removes expired jobs and stale files. Testable without HTTP.
 
 Several services (replicas) may share one store and one data folder: each takes jobs with
@@ -24,7 +24,7 @@ from pathlib import Path
 
 from pipedit.config import GenerationDefaults, ServeConfig
 from pipedit.request import VideoRequest
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 
 from .admission import Admission, client_of
 from .dispatcher import Dispatcher
@@ -45,7 +45,7 @@ def new_owner_id() -> str:
 
 
 class JobService:
-    def __init__(self, engine: EngineCore, store: JobStore, data_dir: str | Path, model_name: str,
+    def __init__(self, engine: EngineLoop, store: JobStore, data_dir: str | Path, model_name: str,
                  defaults: GenerationDefaults = GenerationDefaults(), limits: ServiceLimits = ServiceLimits(),
                  validate: ShapeValidator | None = None, *, lease_s: float = DEFAULT_LEASE_S,
                  replicas: int = 1, owner: str | None = None, max_attempts: int = ServeConfig.max_attempts,

@@ -1,6 +1,6 @@
 """Prometheus metrics of the engine, exported through Ray Serve's metrics endpoint.
 
-Fed by the engine core's events (their wall-clock `at`), so they measure what the engine did:
+Fed by the engine loop's events (their wall-clock `at`), so they measure what the engine did:
 requests by final status, queue length, seconds per denoising step, per decode, and end to end
 (queued to final status).
 """

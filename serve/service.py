@@ -1,4 +1,4 @@
-"""Builds a complete JobService from an engine config: engine core, job store, the model's
+"""Builds a complete JobService from an engine config: engine loop, job store, the model's
 request checks, and recovery of the jobs a previous run left unfinished."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from pathlib import Path
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig
 from pipedit.runtime.engine import resolve_model_path
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 
 from .jobs import JobService
 from .params import ServiceLimits
@@ -44,7 +44,7 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     model_path = str(resolve_model_path(config.model.path, config.model.name))
     url = database_url or config.serve.database_url
     store = JobStore(url) if url else JobStore.in_folder(data_dir)
-    engine = EngineCore.from_config(config)
+    engine = EngineLoop.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
                          limits, validate=shape_validator(model_path, config.model.name), lease_s=config.serve.job_lease_s,
                          replicas=config.serve.num_replicas, owner=owner, max_attempts=config.serve.max_attempts,

@@ -9,7 +9,7 @@ import stat
 import pytest
 import torch
 
-from pipedit.node import environment
+from pipedit.machine import environment
 from pipedit.attention.kernel_probe import KERNELS, NEEDS_CUDA, OK, SDPA_BACKENDS
 from pipedit.cli import main
 

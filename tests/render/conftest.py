@@ -14,13 +14,13 @@ from serve_helpers import server  # noqa: E402,F401 - the shared fixture
 @pytest.fixture
 def submits(monkeypatch):
     """Records the prompt of every request submitted to an in-process engine."""
-    from pipedit.runtime.engine_core import EngineCore
+    from pipedit.runtime.engine_loop import EngineLoop
 
-    counter, original = SubmitCounter(), EngineCore.submit
+    counter, original = SubmitCounter(), EngineLoop.submit
 
     def counting(self, request):
         counter.prompts.append(request.prompt)
         return original(self, request)
 
-    monkeypatch.setattr(EngineCore, "submit", counting)
+    monkeypatch.setattr(EngineLoop, "submit", counting)
     return counter

@@ -58,9 +58,9 @@ def test_image_paths_are_relative_to_the_prompts_file_and_keys_follow_the_conten
 
 def test_lines_the_model_cannot_take_fail_alone_naming_their_line_and_the_models(tmp_path, demo_checkpoint,
                                                                                  capsys, monkeypatch):
-    from pipedit.runtime.engine_core import EngineCore
+    from pipedit.runtime.engine_loop import EngineLoop
 
-    monkeypatch.setattr(EngineCore, "from_config", lambda *a, **k: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(EngineLoop, "from_config", lambda *a, **k: pytest.fail("a model was loaded"))
     write_image(tmp_path / "first.png")
     write_image(tmp_path / "anim.gif", "GIF")
     prompts = write_jsonl(tmp_path / "p.jsonl", [

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pipedit.node.check import node_cases
+from pipedit.machine.check import node_cases
 from pipedit.cli import main
 
 SMALL = ["--height", "64", "--width", "64", "--num-frames", "5", "--steps", "2"]
@@ -29,7 +29,7 @@ def test_the_reference_runs_in_its_own_rank_process(ray_session, demo_checkpoint
     import os
 
     from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
-    from pipedit.node.check import PROMPTS, run_reference
+    from pipedit.machine.check import PROMPTS, run_reference
 
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)),
                           generation=GenerationDefaults(height=64, width=64, num_frames=5, steps=1))

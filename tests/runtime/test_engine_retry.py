@@ -1,4 +1,4 @@
-"""Retries in the engine core, on one in-process rank (no rank group to rebuild): a request that
+"""Retries in the engine loop, on one in-process rank (no rank group to rebuild): a request that
 fails is run again `retries` times, then ends failed with the cause; the others are untouched."""
 
 import pytest
@@ -6,7 +6,7 @@ import pytest
 from pipedit.config import EngineConfig, ModelConfig, ReliabilityConfig
 from pipedit.faults import ENV, ONCE_DIR_ENV
 from pipedit.request import RequestFailure, RequestStatus, VideoRequest
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 
 
 def _request(prompt):
@@ -19,7 +19,7 @@ def core(demo_checkpoint, monkeypatch, tmp_path):
     monkeypatch.setenv(ONCE_DIR_ENV, str(tmp_path))  # restored afterwards (the executor sets it)
     events = []
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)), reliability=ReliabilityConfig(retries=1))
-    with EngineCore.from_config(config) as engine:
+    with EngineLoop.from_config(config) as engine:
         engine.add_listener(events.append)
         yield engine, events
 

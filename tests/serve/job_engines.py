@@ -1,6 +1,6 @@
 """Fakes for the job-service tests of disk-full writes, attempts, retention and deletion: an
-engine core that makes a tiny video at once (`InstantEngine`), and a fake `Engine` to run the
-real EngineCore on (`FakeEngine`: its scheduler run is scripted, no model is loaded)."""
+engine loop that makes a tiny video at once (`InstantEngine`), and a fake `Engine` to run the
+real EngineLoop on (`FakeEngine`: its request pipeline run is scripted, no model is loaded)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ TINY = GenerationDefaults(height=8, width=8, num_frames=5, steps=1)
 
 
 class InstantEngine:
-    """The engine core's interface: every request ends at once with a grey 5x8x8 video."""
+    """The engine loop's interface: every request ends at once with a grey 5x8x8 video."""
 
     accepting = True
     queue_length = 0
@@ -62,7 +62,7 @@ def service_on(engine, folder, **kwargs) -> JobService:
 
 
 class FakeRun:
-    """A scheduler run: `script(run, request)` yields the request's outcomes (it may emit
+    """A request pipeline run: `script(run, request)` yields the request's outcomes (it may emit
     events, set `broken`, ask `retry`); counts submits and rebuilds."""
 
     def __init__(self, emit, is_cancelled, retry, script):
@@ -74,7 +74,7 @@ class FakeRun:
         yield from self.script(self, request)
 
     def failed(self, request, phase, error):
-        """What the scheduler's _failed does."""
+        """What the request pipeline's _failed does."""
         if getattr(error, "rebuild", False) and self.broken is None:
             self.broken = error
         if self.retry(request, error):
@@ -96,13 +96,13 @@ class FakeRun:
 
 
 class FakeEngine:
-    """What EngineCore needs of an Engine; `run` is the FakeRun once the core has started."""
+    """What EngineLoop needs of an Engine; `run` is the FakeRun once the core has started."""
 
     def __init__(self, script, retries=1):
         self.script, self.run = script, None
         self.config = SimpleNamespace(reliability=SimpleNamespace(retries=retries))
         self.started = threading.Event()
-        self.scheduler = SimpleNamespace(session=self._session)
+        self.pipeline = SimpleNamespace(session=self._session)
 
     def _session(self, emit, is_cancelled, retry):
         self.run = FakeRun(emit, is_cancelled, retry, self.script)

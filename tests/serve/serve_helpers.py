@@ -1,4 +1,4 @@
-"""Serving test helpers: the real engine core on the demo model, a JobService on a data folder, and
+"""Serving test helpers: the real engine loop on the demo model, a JobService on a data folder, and
 the app served by uvicorn on a free local port in a background thread."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService
 from pipedit.adapter import shape_validator
@@ -32,7 +32,7 @@ PRE_OWNERSHIP_JOBS_TABLE = ("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, stat
 
 @dataclass
 class Running:
-    engine: EngineCore
+    engine: EngineLoop
     service: JobService
     url: str
     stop: callable
@@ -46,7 +46,7 @@ class Running:
 
 def start(checkpoint: Path, data_dir: Path, limits: ServiceLimits = ServiceLimits(), api_keys=(),
           recover: bool = False) -> Running:
-    engine = EngineCore.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
+    engine = EngineLoop.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
     defaults = GenerationDefaults(height=64, width=64, num_frames=5, steps=2)
     service = JobService(engine, JobStore.in_folder(data_dir), data_dir, MODEL, defaults, limits,
                          validate=shape_validator(str(checkpoint)))
@@ -125,7 +125,7 @@ def wait_status(url: str, video_id: str, statuses=("completed",), timeout=90.0) 
 
 
 class IdleEngine:
-    """The engine core's interface, running nothing: jobs it is given stay in its queue (for
+    """The engine loop's interface, running nothing: jobs it is given stay in its queue (for
     tests of the HTTP layer and admission, where no video need be made)."""
 
     accepting = True

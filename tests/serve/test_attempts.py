@@ -7,7 +7,7 @@ import pytest
 
 from pipedit.errors import InvalidRequestError
 from pipedit.request import VideoRequest
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.runtime.rank_failure import RankGroupError, is_request_error, leaves_group_intact
 from pipedit.serve.schemas import VideoCreateParams
 from pipedit.serve.store import JobRecord
@@ -80,7 +80,7 @@ def _params():
 
 
 def _encode_fails(cause):
-    """A scheduler script: the prompt's encoding raises `cause` on a rank, reported as the Ray
+    """A request pipeline script: the prompt's encoding raises `cause` on a rank, reported as the Ray
     executor reports it (a RankGroupError that rebuilds unless the group is intact)."""
 
     def script(run, request):
@@ -96,7 +96,7 @@ def _encode_fails(cause):
 def test_a_prompt_that_cannot_be_encoded_is_not_retried_and_the_group_stays():
     cause = UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
     engine = FakeEngine(_encode_fails(cause), retries=2)
-    with EngineCore(engine) as core:
+    with EngineLoop(engine) as core:
         request_id = core.submit(VideoRequest("\ud800 fox"))
         outcome = core.wait(request_id, timeout=10)
         assert outcome.phase == "encode" and is_request_error(outcome.error)
@@ -107,7 +107,7 @@ def test_a_prompt_that_cannot_be_encoded_is_not_retried_and_the_group_stays():
 
 def test_a_group_failure_is_still_retried_and_rebuilt():
     engine = FakeEngine(_encode_fails(RuntimeError("NCCL timeout")), retries=1)
-    with EngineCore(engine) as core:
+    with EngineLoop(engine) as core:
         request_id = core.submit(VideoRequest("a fox"))
         outcome = core.wait(request_id, timeout=10)
         assert not is_request_error(outcome.error) and "the last of 2 attempts" in str(outcome.error)

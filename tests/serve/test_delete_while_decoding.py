@@ -1,4 +1,4 @@
-"""Deleting a job while its video decodes: the engine core keeps no outcome for it (a decoded
+"""Deleting a job while its video decodes: the engine loop keeps no outcome for it (a decoded
 video is tens of MB) and the service keeps no trace of it, whichever comes first, the delete's
 heartbeat or the decode's end."""
 
@@ -7,7 +7,7 @@ import threading
 import torch
 
 from pipedit.request import RequestEvent, RequestStatus, VideoRequest, VideoResult
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.serve.schemas import VideoCreateParams
 from job_engines import FakeEngine, service_on
 from serve_helpers import wait_for
@@ -26,7 +26,7 @@ def _decodes_until(gate):
 
 def test_deleting_a_decoding_job_leaks_nothing(tmp_path):
     gate = threading.Event()
-    core = EngineCore(FakeEngine(_decodes_until(gate)))
+    core = EngineLoop(FakeEngine(_decodes_until(gate)))
     service = service_on(core, tmp_path, lease_s=0.2)  # heartbeats every 0.05 s
     try:
         job = service.create(VideoCreateParams(prompt="a fox"))
@@ -45,7 +45,7 @@ def test_deleting_a_decoding_job_leaks_nothing(tmp_path):
 
 def test_discard_drops_an_outcome_now_or_when_it_arrives():
     gate = threading.Event()
-    core = EngineCore(FakeEngine(_decodes_until(gate)))
+    core = EngineLoop(FakeEngine(_decodes_until(gate)))
     try:
         early = core.submit(VideoRequest("a fox"))
         wait_for(lambda: early in core._running, timeout=10)

@@ -14,7 +14,7 @@ from serve_helpers import wait_for
 
 
 class FailingEngine:
-    """The engine core's interface; every request fails while denoising."""
+    """The engine loop's interface; every request fails while denoising."""
 
     accepting = True
 

@@ -20,7 +20,7 @@ import pytest
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig, ReliabilityConfig
 from pipedit.faults import ENV
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService
 from pipedit.serve.store import JobStore
@@ -47,7 +47,7 @@ def served(ray_session, demo_checkpoint, tmp_path_factory):
                           parallel=ParallelConfig(ulysses=2, decode_ranks=1, aco="on"),
                           reliability=ReliabilityConfig(op_deadline_floor_s=OP_FLOOR_S, group_timeout_s=120, retries=1))
     data_dir = tmp_path_factory.mktemp("data")
-    engine = EngineCore.from_config(config)
+    engine = EngineLoop.from_config(config)
     service = JobService(engine, JobStore.in_folder(data_dir), data_dir, MODEL,
                          GenerationDefaults(height=64, width=64, num_frames=5, steps=2),
                          validate=shape_validator(str(demo_checkpoint)))

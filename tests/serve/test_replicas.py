@@ -19,7 +19,7 @@ LEASE_S = 1.0
 
 
 class QuickEngine:
-    """The engine core's interface: one request at a time, `seconds` each, a grey 5x8x8 video.
+    """The engine loop's interface: one request at a time, `seconds` each, a grey 5x8x8 video.
     `freeze()` makes it hang in the request it runs (a dead replica's engine)."""
 
     accepting = True

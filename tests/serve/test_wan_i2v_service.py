@@ -1,5 +1,5 @@
 """Image-to-video served end to end: the tiny Wan2.1 I2V demo checkpoint (WanImageToVideoPipeline)
-on a real engine core, driven by the official openai SDK (2.x and 3.x) with `input_reference`
+on a real engine loop, driven by the official openai SDK (2.x and 3.x) with `input_reference`
 as a multipart file, and as a data URL object (multipart in 3.x, JSON in 2.x). The jobs complete with the frames and
 size asked for; that the engine's latents equal diffusers' pipeline is tests/integrations/wan."""
 
@@ -12,7 +12,7 @@ from image_inputs import image_bytes
 from openai_sdk import run_client
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.serve.api import build_app
 from pipedit.serve.jobs import JobService
 from pipedit.serve.store import JobStore
@@ -29,7 +29,7 @@ def wan_i2v(tmp_path_factory):
     checkpoint = tmp_path_factory.mktemp("models") / "wan-i2v-demo"
     write_demo_checkpoint(checkpoint, preset="i2v")
     data = tmp_path_factory.mktemp("data")
-    engine = EngineCore.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
+    engine = EngineLoop.from_config(EngineConfig(model=ModelConfig(path=str(checkpoint))))
     service = JobService(engine, JobStore.in_folder(data), data, "wan-i2v-demo", GenerationDefaults(48, 64, 5, 2),
                          validate=shape_validator(str(checkpoint)))
     url, stop = serve_in_thread(build_app(service))

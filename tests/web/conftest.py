@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-# The serving tests' helpers (a real engine core on the demo model, the app on uvicorn).
+# The serving tests' helpers (a real engine loop on the demo model, the app on uvicorn).
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "serve"))
 
 from serve_helpers import server  # noqa: E402,F401 - the shared fixture

@@ -38,7 +38,7 @@ class BatchRun:
 
 
 class _StepClock:
-    """Step durations from the scheduler's events: the time between a request's consecutive
+    """Step durations from the request pipeline's events: the time between a request's consecutive
     DENOISING events (the first one comes when its denoising begins)."""
 
     def __init__(self, run: BatchRun):

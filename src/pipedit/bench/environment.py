@@ -10,7 +10,7 @@ import re
 import torch
 
 from ..config import EngineConfig
-from ..node.environment import topology, versions
+from ..machine.environment import topology, versions
 
 
 def interconnect(topology_text: str, gpu_count: int) -> str:

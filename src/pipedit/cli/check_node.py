@@ -1,4 +1,4 @@
-"""`pipedit check-node`: the command a user runs on a GPU node to validate it (pipedit.node.check)."""
+"""`pipedit check-node`: the command a user runs on a GPU node to validate it (pipedit.machine.check)."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run(args) -> int:
     import torch
 
     from ..adapter import attention_heads
-    from ..node.check import check_node, default_tolerance, node_cases, passed
+    from ..machine.check import check_node, default_tolerance, node_cases, passed
     from ..errors import UserInputError
     from ..runtime.engine import resolve_model_path
     from ..runtime.executor import ensure_ray

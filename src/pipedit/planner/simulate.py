@@ -7,7 +7,7 @@
   to a FIFO decode queue served by N decode ranks, one video per rank.
 - split decode (split_decode_s set): a latent waits for a free decode rank; if every decode rank
   is idle then, all of them decode it at once in split_decode_s (the scheduler's choice,
-  pipedit.runtime.scheduler); otherwise the free rank takes it alone.
+  pipedit.runtime.request_pipeline); otherwise the free rank takes it alone.
 - Aco: a step whose start finds no decode running or queued uses the decode ranks for attention
   heads (its faster step time); otherwise the denoise group computes attention alone.
 Text encoding runs before each request's denoising when it lives with the DiT; beside the VAE

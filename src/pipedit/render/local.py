@@ -1,4 +1,4 @@
-"""Rendering in this process: the engine core on the configured ranks.
+"""Rendering in this process: the engine loop on the configured ranks.
 
 Every pending line is submitted up front, so the scheduler pipelines across the whole file
 (DeDiVAE: line k decodes while line k+1 denoises). Outcomes arrive on the engine's loop
@@ -52,7 +52,7 @@ class LocalRunner:
         self.config = config
 
     def __call__(self, lines: list[RenderLine], out_dir: Path, batch: Batch) -> None:
-        from ..runtime.engine_core import EngineCore
+        from ..runtime.engine_loop import EngineLoop
 
         outcomes: queue.Queue = queue.Queue()
         latest: dict[str, RequestEvent] = {}  # request id -> its newest event (written by the loop thread)
@@ -65,7 +65,7 @@ class LocalRunner:
                 if event.status is RequestStatus.ENCODING:
                     started.setdefault(event.request_id, time.perf_counter())
 
-        with EngineCore.from_config(self.config, on_outcome=outcomes.put) as core:
+        with EngineLoop.from_config(self.config, on_outcome=outcomes.put) as core:
             core.add_listener(listen)
             by_id: dict[str, RenderLine] = {}
             for line in lines:

@@ -1,7 +1,7 @@
 """The engine: turns VideoRequests into VideoResults on the configured ranks.
 
 It plans the world (denoise and decode ranks, see pipedit.planner), starts the executor
-(in-process for one rank, Ray actors for several) and runs requests through the scheduler,
+(in-process for one rank, Ray actors for several) and runs requests through the request pipeline,
 which pipelines denoising and decoding across requests.
 """
 
@@ -19,7 +19,7 @@ from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
 from .executor import create_executor
 from .layout import WorldLayout
-from .scheduler import EventCallback, Outcome, PipelineScheduler
+from .request_pipeline import EventCallback, Outcome, RequestPipeline
 from .sequence_parallel import check_parallel_config
 
 _log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Engine:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = create_executor(config, model_path, self.layout)
-        self.scheduler = PipelineScheduler(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild,
+        self.pipeline = RequestPipeline(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild,
                                            self._decode_prediction())
 
     def _decode_prediction(self):
@@ -81,12 +81,12 @@ class Engine:
                 old.close()
             except Exception:  # noqa: BLE001 - its processes may be gone already
                 _log.exception("closing the failed rank group")
-        self.executor = self.scheduler.executor = create_executor(self.config, self._model_path, self.layout)
+        self.executor = self.pipeline.executor = create_executor(self.config, self._model_path, self.layout)
 
     def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
                       **options) -> Iterator[Outcome]:
         """VideoResult or RequestFailure per request, in completion order."""
-        return self.scheduler.run(list(requests), on_event, **options)
+        return self.pipeline.run(list(requests), on_event, **options)
 
     def generate(self, request: VideoRequest, on_event: EventCallback | None = None) -> VideoResult:
         (outcome,) = self.generate_many([request], on_event)

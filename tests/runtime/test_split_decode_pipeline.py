@@ -1,4 +1,4 @@
-"""The scheduler's per-video choice between one decode rank and the whole decode group, on a fake
+"""The request pipeline's per-video choice between one decode rank and the whole decode group, on a fake
 executor (no ranks): split when every decode rank is idle and the video has >= 2 units; one rank
 per video while another decode is in flight; never with split_decode off. Plus the config, flag
 and layout that carry the switch."""
@@ -11,7 +11,7 @@ from pipedit.config import ParallelConfig
 from pipedit.errors import UserInputError
 from pipedit.request import VideoRequest, VideoResult
 from pipedit.runtime.layout import WorldLayout
-from pipedit.runtime.scheduler import PipelineScheduler
+from pipedit.runtime.request_pipeline import RequestPipeline
 
 SPLITTABLE = VideoRequest("splits", height=64, width=64, num_frames=17).shape  # the fake says 2 units
 ONE_UNIT = VideoRequest("one unit", height=32, width=32, num_frames=5).shape
@@ -68,7 +68,7 @@ def _run(executor, split: bool, *shapes):
     layout = WorldLayout(decode=2, split_decode=split)  # denoise rank 0, decode ranks 1 and 2
     requests = [VideoRequest(f"video {i}", height=s.height, width=s.width, num_frames=s.num_frames, steps=2)
                 for i, s in enumerate(shapes)]
-    outcomes = {o.request_id: o for o in PipelineScheduler(executor, layout).run(requests)}
+    outcomes = {o.request_id: o for o in RequestPipeline(executor, layout).run(requests)}
     return [outcomes[r.request_id].timings["decode_ranks"] for r in requests]
 
 

@@ -32,7 +32,7 @@ Outcome = VideoResult | RequestFailure
 ACO_ROUNDS = 5
 
 
-class PipelineScheduler:
+class RequestPipeline:
     def __init__(self, executor, layout: WorldLayout, aco: str = "auto",
                  reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None,
                  predict_decode: DecodePrediction | None = None):
@@ -49,7 +49,7 @@ class PipelineScheduler:
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
-        """A long-lived run for requests that arrive over time (pipedit.runtime.engine_core):
+        """A long-lived run for requests that arrive over time (pipedit.runtime.engine_loop):
         `submit` one request at a time, `poll` for decodes that finished meanwhile, `recover`
         when it is `broken`. A failed request for which `retry` says True yields no outcome."""
         return _Run(self, on_event, True, self.aco_mode if self.layout.aco else "off", is_cancelled, retry)
@@ -91,13 +91,13 @@ class _Decoding:
 class _Run:
     """State of one `run` call: decodes in flight and free decode ranks."""
 
-    def __init__(self, scheduler: PipelineScheduler, emit: EventCallback, pipelined: bool, aco_mode: str,
+    def __init__(self, pipeline: RequestPipeline, emit: EventCallback, pipelined: bool, aco_mode: str,
                  is_cancelled: CancelCheck = lambda request_id: False, retry: RetryCheck | None = None):
-        self.s = scheduler
+        self.s = pipeline
         self.is_cancelled = is_cancelled
         self.retry = retry or (lambda request, error: False)
-        self.deadlines = scheduler.deadlines
-        self.layout = scheduler.layout
+        self.deadlines = pipeline.deadlines
+        self.layout = pipeline.layout
         self.emit = emit
         self.pipelined = pipelined
         self.aco_mode = aco_mode

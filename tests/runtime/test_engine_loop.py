@@ -1,4 +1,4 @@
-"""The long-lived engine core: requests over time, events, cancellation, DeDiVAE overlap."""
+"""The long-lived engine loop: requests over time, events, cancellation, DeDiVAE overlap."""
 
 import threading
 import time
@@ -7,7 +7,7 @@ import pytest
 
 from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
 from pipedit.request import RequestFailure, RequestStatus, VideoRequest
-from pipedit.runtime.engine_core import EngineCore
+from pipedit.runtime.engine_loop import EngineLoop
 
 
 class Recorder:
@@ -33,7 +33,7 @@ def _request(prompt, steps=2, **shape):
 
 
 def _core(path, **parallel):
-    return EngineCore.from_config(EngineConfig(model=ModelConfig(path=str(path)), parallel=ParallelConfig(**parallel)))
+    return EngineLoop.from_config(EngineConfig(model=ModelConfig(path=str(path)), parallel=ParallelConfig(**parallel)))
 
 
 def _wait_for(condition, timeout=60.0):

@@ -1,6 +1,6 @@
-"""The long-lived engine core: requests arrive over time, are cancelled, and report progress.
+"""The long-lived engine loop: requests arrive over time, are cancelled, and report progress.
 
-One loop thread owns the rank groups (through the Engine's scheduler): it admits the next queued
+One loop thread owns the rank groups (through the Engine's request pipeline): it admits the next queued
 request as soon as the denoise group is free, so DeDiVAE overlap holds across requests submitted
 at different times (request k decodes while request k+1, submitted later, denoises). Between
 requests it polls for finished decodes. Events (queued, encoding, step i/n, decoding, done,
@@ -21,7 +21,7 @@ Outcomes kept for `wait` (no on_outcome) are dropped after OUTCOME_KEEP_S if nob
 them, and `discard` drops one at once (or when it arrives): a caller that loses interest in a
 request (its job was deleted) never leaves a decoded video behind.
 
-Invariant: only the loop thread calls the scheduler and the executor.
+Invariant: only the loop thread calls the request pipeline and the executor.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ..config import EngineConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from .engine import Engine
 from .rank_failure import is_request_error
-from .scheduler import EventCallback, Outcome
+from .request_pipeline import EventCallback, Outcome
 
 _log = logging.getLogger(__name__)
 IDLE_WAIT_S = 0.5  # nothing queued, nothing decoding: how long the loop sleeps between checks
@@ -45,7 +45,7 @@ REBUILD_BACKOFF_S = (1.0, 30.0)  # wait before retrying a failed rebuild: first,
 OUTCOME_KEEP_S = 600.0  # an outcome nobody waited for is dropped after this long
 
 
-class EngineCore:
+class EngineLoop:
     def __init__(self, engine: Engine, on_outcome: Callable[[Outcome], None] | None = None):
         """on_outcome: called (from the loop thread) with each VideoResult or RequestFailure;
         without it, outcomes are kept until `wait` takes them."""
@@ -66,7 +66,7 @@ class EngineCore:
         self._thread.start()
 
     @classmethod
-    def from_config(cls, config: EngineConfig, on_outcome: Callable[[Outcome], None] | None = None) -> "EngineCore":
+    def from_config(cls, config: EngineConfig, on_outcome: Callable[[Outcome], None] | None = None) -> "EngineLoop":
         return cls(Engine(config), on_outcome)
 
     # -- the API --------------------------------------------------------------------------
@@ -143,7 +143,7 @@ class EngineCore:
         self._thread.join()
         self.engine.close()
 
-    def __enter__(self) -> "EngineCore":
+    def __enter__(self) -> "EngineLoop":
         return self
 
     def __exit__(self, *exc) -> None:
@@ -151,7 +151,7 @@ class EngineCore:
 
     # -- the loop thread ------------------------------------------------------------------
     def _loop(self) -> None:
-        run = self.engine.scheduler.session(self._emit, self._is_cancelled, self._retry)
+        run = self.engine.pipeline.session(self._emit, self._is_cancelled, self._retry)
         while True:
             request = self._next(POLL_WAIT_S if run.in_flight else IDLE_WAIT_S)
             if request is None and self._stopping:
