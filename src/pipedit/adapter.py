@@ -163,12 +163,6 @@ def check_inputs(adapter, **values) -> None:
             f"low-noise expert) or a value above 1", "guidance_scale_2")
 
 
-def __getattr__(name: str):
-    if name == "MODEL_NAMES":  # the registered families' names (pipedit.families)
-        return _families.family_names()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
 def attention_heads(path: str | Path, model: str | None = None) -> int:
     """The DiT's attention head count, read from its config without loading weights."""
     entry = family_of_checkpoint(path, model)

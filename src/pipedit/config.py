@@ -47,9 +47,9 @@ class ModelConfig:
         _check_choice("vae_tiling", self.vae_tiling, VAE_TILING_MODES)
         _check_choice("model.idle_expert", self.idle_expert, IDLE_EXPERT_MODES)
         if self.name is not None:
-            from .adapter import MODEL_NAMES
+            from .families import family_names
 
-            _check_choice("model name", self.name, MODEL_NAMES)
+            _check_choice("model name", self.name, family_names())
         if self.dtype != "auto" and self.dtype not in _DTYPES:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):

@@ -28,7 +28,7 @@ def _canonical_cache(value: Any) -> str:
 @dataclass(frozen=True)
 class GenerationField:
     name: str  # VideoRequest attribute, config `generation.<name>`, render JSONL key
-    kind: type  # int, float or str
+    kind: type  # int, float, str, or bytes (the image)
     default: Any  # the config's default (None: the model's own, or the field it falls back to)
     description: str  # the API's description and the CLI's help
     low: float | None = None  # inclusive lower bound of a number
@@ -156,10 +156,6 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
 )}
 
 
-def field(name: str) -> GenerationField:
-    return FIELDS[name]
-
-
 def config_fields() -> list[GenerationField]:
     """The fields with a `generation` default in the config (and a flag overriding it)."""
     return [f for f in FIELDS.values() if f.in_config]
@@ -173,13 +169,3 @@ def api_fields() -> list[GenerationField]:
     """The fields of the API's create schema under their own name (height and width come as
     `size`, the image as the `input_reference` upload)."""
     return [f for f in FIELDS.values() if f.api_name != "size" and f.kind is not bytes]
-
-
-def keyed_names() -> list[str]:
-    return [f.name for f in FIELDS.values() if f.keyed]
-
-
-def check_values(values: dict, *, error: type[UserInputError] = UserInputError) -> dict:
-    """Every declared field among `values` checked (`FIELDS[name].check`); the canonical values."""
-    return {name: FIELDS[name].check(value, error=error) if name in FIELDS else value
-            for name, value in values.items()}

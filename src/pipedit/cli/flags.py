@@ -81,9 +81,9 @@ def add_cache_flag(p) -> None:
 
 
 def add_model_flags(p) -> None:
-    from ..adapter import MODEL_NAMES
+    from ..families import family_names
 
-    p.add_argument("--model", choices=MODEL_NAMES,
+    p.add_argument("--model", choices=family_names(),
                    help="model family (default: model_index.json decides, else the official layout found)")
     p.add_argument("--text-encoder-path",
                    help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
