@@ -165,7 +165,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         experts = self.expert_set
         if experts is None:
             return request.guidance_scale
-        return experts.guidance_scale(timestep, request.guidance_scale, getattr(request, "guidance_scale_2", None))
+        return experts.guidance_scale(timestep, request.guidance_scale, request.guidance_scale_2)
 
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,
