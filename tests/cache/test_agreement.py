@@ -78,3 +78,25 @@ def test_rank_local_decisions_would_diverge(runs):
     local_decisions = {policy.decide(d, step, HUNYUAN["steps"]) for d in local}
     assert local_decisions == {True, False}
     assert max(local) != pytest.approx(agreed[0], rel=1e-3)
+
+
+def test_the_decision_waits_at_the_latency_poll_interval(monkeypatch):
+    """The agreement's host wait runs in the middle of every forward: it must poll at most
+    LATENCY_POLL_S apart (as Aco's header waits), not back off to POLL_MAX_S. A CPU cannot time
+    an NCCL poll, so this checks the argument the wait gets."""
+    from pipedit.cache import agree
+    from pipedit.distributed.deadline import LATENCY_POLL_S
+
+    waits = []
+
+    class Handle:
+        def __init__(self, tensor):
+            self.tensor = tensor
+
+        def wait(self, **options):
+            waits.append(options)
+            return self.tensor * 2  # a group of two equal ranks
+
+    monkeypatch.setattr(agree, "all_reduce_async", lambda tensor, group, op: Handle(tensor))
+    assert agree.Agreement(["sp", "cfg"])(torch.tensor([1.0, 3.0])) == [4.0, 12.0]
+    assert waits == [{"host": True, "max_sleep": LATENCY_POLL_S}] * 2
