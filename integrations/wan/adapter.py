@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
+from pathlib import Path
 
 import torch
 from diffusers.utils.torch_utils import randn_tensor
@@ -27,6 +28,7 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
+from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
 from pipedit.sampling import SamplingParams
 
@@ -50,7 +52,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     capabilities = Capabilities(negative_prompt=True, cfg_parallel=True)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
-                 layout: WanLayout = _T2V, idle_expert: str = "resident"):
+                 layout: WanLayout = _T2V, idle_expert: str = "resident", expert_homes: list | None = None):
+        """`expert_homes`: offload's host copies of the experts (Experts' `homes`)."""
         self.components = components
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
         self.device = torch.device(device)
@@ -66,7 +69,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         # second thread while this VAE decodes (DeDiVAE), so the two must not interleave.
         self.vae_lock = threading.Lock()
         if "transformer" in components:
-            self.expert_set = Experts(self.experts, self._boundary_timestep(), self.device, idle_expert)
+            self.expert_set = Experts(self.experts, self._boundary_timestep(), self.device, idle_expert,
+                                      expert_homes)
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
@@ -87,7 +91,11 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         homes = {"transformer_2": "cpu"} if idle_expert == "offload" and layout.two_experts else {}
         components = {name: load_component(path, index, name, dtype=dtype, device=homes.get(name, device))
                       for name in layout.components_for(parts)}
-        return cls(components, configs, device, dtype, layout, idle_expert)
+        expert_homes = None
+        if homes and "transformer" in components and torch.device(device).type != "cpu":
+            # Offload's host copies: the checkpoint files, mapped (one page-cache copy per node).
+            expert_homes = [mapped(Path(path) / name, components[name]) for name in ("transformer", "transformer_2")]
+        return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
 
     def _boundary_timestep(self) -> float | None:
         """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""

@@ -5,7 +5,14 @@ as diffusers' WanPipeline / WanImageToVideoPipeline choose them per timestep.
 Memory (model.idle_expert): `resident` keeps both experts on the device; `offload` keeps the idle
 one on the host and swaps them when a step needs the other: once at the boundary of a request,
 once back at the next request's first step. On a CPU device offload moves nothing (host is the
-device)."""
+device).
+
+Offload's host copy of an expert is its checkpoint files, memory-mapped (pipedit.mapped_weights),
+where the files can stand in for the module's weights: offloading points the parameters back at
+those views (nothing is copied out, no host memory is allocated), bringing an expert back copies
+them to the device in its compute dtype. Every rank maps the same files, so a node holds one host
+copy of each expert in the page cache, whatever its rank count. Without usable files the module
+moves with `module.to` (a host copy per rank, made at every swap)."""
 
 from __future__ import annotations
 
@@ -15,15 +22,21 @@ from pipedit.config import IDLE_EXPERT_MODES
 
 
 class Experts:
-    def __init__(self, modules: list, boundary_timestep: float | None, device: torch.device, idle: str = "resident"):
+    def __init__(self, modules: list, boundary_timestep: float | None, device: torch.device, idle: str = "resident",
+                 homes: list | None = None):
+        """`homes`: per expert, its checkpoint's mapped weights (pipedit.mapped_weights.mapped) or
+        None; read with offload only."""
         if idle not in IDLE_EXPERT_MODES:
             raise ValueError(f"idle_expert must be one of {', '.join(IDLE_EXPERT_MODES)}, got {idle!r}")
         self.modules = modules
         self.boundary = boundary_timestep
         self.device = device
         self.offload = idle == "offload" and len(modules) == 2 and device.type != "cpu"
+        self.homes = list(homes) if homes is not None else [None] * len(modules)
+        # The dtype each tensor computes in (a mapped file may store another, e.g. float32).
+        self.dtypes = [{name: t.dtype for name, t in _tensors(m)} for m in modules]
         if self.offload:
-            modules[1].to("cpu")  # the low-noise expert waits on the host until the first boundary
+            self._send_home(1)  # the low-noise expert waits on the host until the first boundary
         self.uses = [0] * len(modules)  # forwards run per expert (tests check the switch happens)
 
     def index_for(self, timestep) -> int:
@@ -41,13 +54,34 @@ class Experts:
         return module
 
     def _make_resident(self, index: int) -> None:
-        # Hazard: a module's parameters move in place, so references to the expert stay valid;
-        # the idle one leaves first so that both never occupy the device together.
-        wanted, idle = self.modules[index], self.modules[1 - index]
-        if next(wanted.parameters()).device == self.device:
+        # Hazard: a module's parameters change their data in place, so references to the expert
+        # stay valid; the idle one leaves first so that both never occupy the device together.
+        if next(self.modules[index].parameters()).device == self.device:
             return
-        idle.to("cpu")
-        wanted.to(self.device)
+        self._send_home(1 - index)
+        self._bring(index)
+
+    def _send_home(self, index: int) -> None:
+        module, home = self.modules[index], self.homes[index]
+        if home is None:
+            module.to("cpu")
+            return
+        for name, tensor in _tensors(module):
+            # No copy: the mapped view is the host copy. Non-persistent buffers (not in the
+            # files, e.g. rotary tables) are small and stay on the device.
+            if name in home:
+                _rebind(tensor, home[name])
+
+    def _bring(self, index: int) -> None:
+        module, home, dtypes = self.modules[index], self.homes[index], self.dtypes[index]
+        if home is None:
+            module.to(self.device)
+            return
+        for name, tensor in _tensors(module):
+            if name in home:  # from pageable pages the copy is synchronous for the host; the cast runs on the device
+                _rebind(tensor, tensor.data.to(self.device, non_blocking=True).to(dtypes[name]))
+            elif tensor.device != self.device:  # a small buffer outside the files (loaded on the host)
+                _rebind(tensor, tensor.data.to(self.device))
 
     def guidance_scale(self, timestep, guidance_scale: float, guidance_scale_2: float | None) -> float:
         """This step's scale: guidance_scale_2 (None: guidance_scale) for the low-noise expert. A
@@ -56,3 +90,17 @@ class Experts:
         if guidance_scale <= 1 or self.index_for(timestep) == 0 or guidance_scale_2 is None:
             return guidance_scale
         return guidance_scale_2
+
+
+def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:
+    """`tensor` (a parameter or buffer, the same Python object afterwards) now holds `data`, whose
+    dtype may differ (a mapped file may store another than the module computes in, which `.data =`
+    refuses): torch.utils.swap_tensors keeps the object and exchanges everything else."""
+    if isinstance(tensor, torch.nn.Parameter):
+        data = torch.nn.Parameter(data, requires_grad=False)
+    torch.utils.swap_tensors(tensor, data)
+
+
+def _tensors(module) -> list:
+    """(name, tensor) of every parameter and buffer, named as in the module's state dict."""
+    return [*module.named_parameters(), *module.named_buffers()]

@@ -129,6 +129,44 @@ def test_idle_expert_is_validated_and_offload_moves_nothing_on_cpu():
     assert not experts.offload  # on a CPU device the host is the device
 
 
+def test_offload_points_the_idle_expert_at_its_mapped_files_and_copies_nothing_out(tiny_a14b):
+    """model.idle_expert offload with the checkpoint's files mapped (pipedit.mapped_weights): the
+    idle expert's tensors are views of its file's one mapping (one host copy per expert, shared by
+    every rank through the page cache), a swap allocates no host tensor for the expert leaving, and
+    the expert coming back has its own weights in its compute dtype. The device is `meta`, so that
+    a CPU test sees the host side of a swap alone (a CUDA run: see the note of issue 34)."""
+    from diffusers import WanTransformer3DModel
+
+    from pipedit.integrations.wan.experts import Experts
+    from pipedit.mapped_weights import mapped
+
+    names = ("transformer", "transformer_2")
+    modules = [WanTransformer3DModel.from_pretrained(tiny_a14b / name, torch_dtype=torch.bfloat16) for name in names]
+    reference = [{k: v.clone() for k, v in m.state_dict().items()} for m in modules]
+    homes = [mapped(tiny_a14b / name, module) for name, module in zip(names, modules)]
+    assert all(home is not None and len(home) == len(module.state_dict()) for home, module in zip(homes, modules))
+
+    def storages(module):
+        return {p.untyped_storage().data_ptr() for p in module.parameters()}
+
+    def mapping(index):
+        return {v.untyped_storage().data_ptr() for v in homes[index].values()}
+
+    modules[0].to("meta")  # stands in for the device the high-noise expert starts on
+    experts = Experts(modules, 875.0, torch.device("meta"), "offload", homes)
+    assert experts.offload and storages(modules[1]) == mapping(1) and len(mapping(1)) == 1
+    experts.for_timestep(torch.tensor(100.0))  # the low-noise expert's step: a swap
+    assert storages(modules[0]) == mapping(0) and all(p.is_meta for p in modules[1].parameters())
+    assert all(b.is_meta for b in modules[1].buffers())  # rotary tables, loaded on the host, came along
+    for name, value in modules[0].state_dict().items():  # the expert left as its file holds it
+        assert torch.equal(value.to(reference[0][name].dtype), reference[0][name]), name
+    experts.for_timestep(torch.tensor(900.0))  # and back
+    assert storages(modules[1]) == mapping(1) and all(p.is_meta for p in modules[0].parameters())
+    # Each tensor in its compute dtype again (diffusers keeps some in float32, e.g. scale_shift_table).
+    assert {k: v.dtype for k, v in modules[0].state_dict().items()} == {k: v.dtype for k, v in reference[0].items()}
+    assert experts.uses == [1, 1]
+
+
 def test_generate_flag_guidance_scale_2_reaches_the_low_noise_expert(engine, tiny_a14b, tmp_path, capsys):
     """`pipedit generate --guidance-scale-2` gives the engine's guidance_scale_2 run (same process,
     same modules: equal within float rounding, 1e-6) and not the run without it."""
