@@ -47,7 +47,6 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
 
 def _describe(spec: GenerationField, defaults: GenerationDefaults, limits: ServiceLimits) -> dict:
     """`name`: the field's; `param`: what the API calls it (height and width come as `size`)."""
-    bounds = [b for b in (spec.high, getattr(limits, spec.limit) if spec.limit else None) if b is not None]
     return {"name": spec.name, "param": spec.api, "type": _TYPES[spec.kind], "label": spec.label,
             "description": spec.description, "default": getattr(defaults, spec.name) if spec.in_config else None,
-            "nullable": spec.nullable, "minimum": spec.low, "maximum": min(bounds) if bounds else None}
+            "nullable": spec.nullable, "minimum": spec.low, "maximum": spec.upper_bound(limits)}

@@ -83,9 +83,10 @@ def resolve(params, model_name: str, defaults: GenerationDefaults, limits: Servi
     _check_text(given)
     _check_model(given.get("model"), model_name)
     adapter = getattr(validate, "__self__", None)  # the served adapter, when validate is its method
-    _check_prompt(params.prompt, limits)
+    prompt = _check_prompt(params.prompt, limits)
     values = {spec.name: _field(spec, given.get(spec.api, _default(spec, defaults)), limits)
-              for spec in api_fields() if spec.name != "num_frames"}
+              for spec in api_fields() if spec.name not in ("prompt", "num_frames")}
+    values["prompt"] = prompt
     values["width"], values["height"] = _size(given["size"], limits) if "size" in given else \
         (defaults.width, defaults.height)
     values["num_frames"], seconds = _frames(given, values["fps"], defaults, limits)
@@ -106,7 +107,7 @@ def _field(spec: GenerationField, value, limits: ServiceLimits):
     """One field's value checked as pipedit.fields checks it, below the server's limit; 400
     `invalid_value` naming the field by its API name."""
     try:
-        return spec.check(value, called=spec.api, high=getattr(limits, spec.limit) if spec.limit else None)
+        return spec.check(value, called=spec.api, limits=limits)
     except UserInputError as error:
         raise invalid(str(error), spec.api) from None
 
@@ -167,14 +168,15 @@ def _check_model(model: str | None, model_name: str) -> None:
                        param="model", code="model_not_found")
 
 
-def _check_prompt(prompt: str, limits: ServiceLimits) -> None:
+def _check_prompt(prompt: str, limits: ServiceLimits) -> str:
     try:
-        FIELDS["prompt"].check(prompt)
+        prompt = FIELDS["prompt"].check(prompt)
     except UserInputError as error:
         raise invalid(str(error), "prompt", "empty_prompt") from None
     if len(prompt) > limits.max_prompt_chars:
         raise invalid(f"prompt has {len(prompt)} characters; at most {limits.max_prompt_chars} are allowed",
                       "prompt", "prompt_too_long")
+    return prompt
 
 
 def _size(text: str, limits: ServiceLimits) -> tuple[int, int]:

@@ -62,10 +62,10 @@ class GenerationField:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def check(self, value: Any, *, called: str | None = None, high: float | None = None,
+    def check(self, value: Any, *, called: str | None = None, limits: Any = None,
               error: type[UserInputError] = UserInputError) -> Any:
         """`value` in its canonical form, or `error` naming the field as `called` (the name it came
-        by) and what is allowed. `high`: a tighter upper bound (a server's limit)."""
+        by) and what is allowed. `limits`: a server's (its `limit` attribute bounds the value)."""
         name = called or self.name
         if value is None and self.nullable:
             return None
@@ -77,7 +77,7 @@ class GenerationField:
             if not isinstance(value, str) or (self.nonempty and not value.strip()):
                 raise error(f"{name} must be a {'non-empty ' if self.nonempty else ''}string{self.hint}, got {value!r}")
         else:
-            value = self._number(value, name, self._top(high), error)
+            value = self._number(value, name, self.upper_bound(limits), error)
         if self.canonical is None:
             return value
         try:
@@ -85,8 +85,10 @@ class GenerationField:
         except UserInputError as problem:
             raise error(str(problem)) from None
 
-    def _top(self, high: float | None) -> float | None:
-        bounds = [b for b in (self.high, high) if b is not None]
+    def upper_bound(self, limits: Any = None) -> float | None:
+        """The largest value allowed: `high`, or a server's `limit` (on `limits`) when lower."""
+        bounds = [b for b in (self.high, getattr(limits, self.limit) if limits and self.limit else None)
+                  if b is not None]
         return min(bounds) if bounds else None
 
     def _number(self, value, name: str, top: float | None, error):
@@ -138,7 +140,8 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,
                     label="Frames per second"),
     GenerationField("cache", str, "none", "Step caching: none, fbcache:T (First-Block Cache) or teacache:T "
-                    "(HunyuanVideo); T = 0 never skips (see docs/caching.md). Left out: generation.cache.", nullable=True, absent=(None, "none"), canonical=_canonical_cache,
+                    "(HunyuanVideo); T = 0 never skips (see docs/caching.md). Left out: generation.cache.",
+                    nullable=True, absent=(None, "none"), canonical=_canonical_cache,
                     label="Step cache"),
     GenerationField("negative_prompt", str, None, "What to steer away from, for models with classifier-free "
                     "guidance (Wan, OpenSoraPlan); HunyuanVideo: must be empty.", nullable=True,

@@ -28,10 +28,6 @@ from ..request import VideoRequest
 from ..sampling import SamplingParams
 
 
-def step_guidance_scale(adapter: ModelAdapter, request: VideoRequest, timestep: torch.Tensor) -> float:
-    return adapter.guidance_scale_at(request, timestep)
-
-
 @dataclass
 class DenoiseJob:
     request: VideoRequest
@@ -68,7 +64,7 @@ class DenoiseJob:
         model_input = self.latents
         if hasattr(self.scheduler, "scale_model_input"):  # e.g. Euler: x / sqrt(sigma^2 + 1)
             model_input = self.scheduler.scale_model_input(self.latents, timestep)
-        noise = self.predict(model_input, timestep, self.cond, step_guidance_scale(adapter, self.request, timestep))
+        noise = self.predict(model_input, timestep, self.cond, adapter.guidance_scale_at(self.request, timestep))
         self.latents = self.scheduler.step(noise, timestep, self.latents, generator=self.generator,
                                            return_dict=False)[0]
         self.steps_done += 1

@@ -15,7 +15,7 @@ from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
 from ..request import VideoRequest, VideoResult
-from .denoise import DenoiseJob, step_guidance_scale
+from .denoise import DenoiseJob
 from .rank import RankWorker
 from .cfg_parallel import CfgParallelPredictor
 from .sequence_parallel import SequenceParallelRuntime
@@ -130,7 +130,7 @@ class DenoiseWorker(RankWorker):
         try:
             start = time.perf_counter()
             timestep = job.timesteps[job.steps_done]
-            job.predict(job.latents, timestep, job.cond, step_guidance_scale(self.adapter, job.request, timestep))
+            job.predict(job.latents, timestep, job.cond, self.adapter.guidance_scale_at(job.request, timestep))
             if job.latents.is_cuda:
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - start
