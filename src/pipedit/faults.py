@@ -10,7 +10,8 @@ selectors, all of which must match for the fault to fire:
 
 actions:   kill | hang | oom | fail
 selectors: rank=N (global rank), step=N (denoise step index, 0 = the first), phase=encode|denoise|decode,
-           op=all_to_all|all_gather|p2p (where that operation is posted; faults without op fire
+           op=all_to_all|all_gather|all_reduce|broadcast|p2p (where that operation is posted: all_reduce
+           is the step cache's agreement, broadcast the split decode's; faults without op fire
            at the start of a phase or step, the decode's after its latents arrived), prompt=TEXT (the
            request's prompt contains TEXT), aco (only in steps that use Aco helpers),
            once (fires at most once per server: the executor hands every rank one state folder)
@@ -35,7 +36,7 @@ ENV = "PIPEDIT_FAULTS"
 ONCE_DIR_ENV = "PIPEDIT_FAULTS_ONCE_DIR"  # set by the executor for its ranks
 ACTIONS = ("kill", "hang", "oom", "fail")
 PHASES = ("encode", "denoise", "decode")
-OPS = ("all_to_all", "all_gather", "p2p")
+OPS = ("all_to_all", "all_gather", "all_reduce", "broadcast", "p2p")  # each has a faults.check(op=...)
 
 
 class InjectedFault(RuntimeError):

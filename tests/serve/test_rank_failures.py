@@ -1,7 +1,7 @@
 """Rank group failures on a served engine (Ray actors, gloo): 2 denoise ranks (Ulysses) and 1
 decode rank with Aco on and the p2p latent handoff. Each fault (a killed decode rank, a killed
-denoise rank, a hung all-to-all, a denoise rank failing inside an Aco step, an OOM in decode, a
-decode hanging outside any transfer),
+denoise rank, a hung all-to-all, a denoise rank killed in the step cache's agreement all-reduce,
+a denoise rank failing inside an Aco step, an OOM in decode, a decode hanging outside any transfer),
 injected through PIPEDIT_FAULTS, ends with its request failed with the cause or retried and
 completed within BOUND_S, the job queued behind it completes, and /healthz answers 200 throughout,
 "degraded" while the group is rebuilt (every fault but the OOM in decode, which leaves the group
@@ -33,6 +33,7 @@ FAULTS = ",".join([
     "kill:phase=decode:prompt=KILL-DECODE:once",
     "kill:rank=1:step=1:prompt=KILL-DENOISE:once",
     "hang:op=all_to_all:rank=0:step=1:prompt=HANG-A2A:once",
+    "kill:op=all_reduce:rank=1:prompt=KILL-AR:once",  # the step cache's agreement (cached requests only)
     "fail:phase=denoise:rank=0:aco:prompt=ACO-FAIL",  # every attempt: the job ends failed
     "oom:phase=decode:prompt=OOM-DECODE:once",
     "hang:phase=decode:prompt=HANG-DECODE:once",  # outside any collective: the driver's decode deadline
@@ -94,12 +95,16 @@ class HealthPoller:
         return times[-1] - times[0] if times else 0.0
 
 
+EXTRA_FIELDS = {"KILL-AR": {"cache": "fbcache:0.5"}}  # step 1 agrees on the cache decision
+
+
 def _run_fault(url, marker, rebuilds=True):
     """Submits the faulty job and, right behind it, a normal one; returns the faulty job's final
     row, seconds to it, and the health poller."""
     with HealthPoller(url) as health:
         start = time.monotonic()
-        faulty = call("POST", f"{url}/v1/videos", {"prompt": f"a fox {marker}", **SMALL}).json()["id"]
+        body = {"prompt": f"a fox {marker}", **SMALL, **EXTRA_FIELDS.get(marker, {})}
+        faulty = call("POST", f"{url}/v1/videos", body).json()["id"]
         queued = call("POST", f"{url}/v1/videos", {"prompt": "a boat after the fault", **SMALL}).json()["id"]
         final = wait_status(url, faulty, statuses=("completed", "failed"), timeout=BOUND_S)
         elapsed = time.monotonic() - start
@@ -121,7 +126,8 @@ def _run_fault(url, marker, rebuilds=True):
     return final, elapsed
 
 
-@pytest.mark.parametrize("marker", ["KILL-DECODE", "KILL-DENOISE", "HANG-A2A", "OOM-DECODE", "HANG-DECODE"])
+@pytest.mark.parametrize("marker", ["KILL-DECODE", "KILL-DENOISE", "HANG-A2A", "KILL-AR", "OOM-DECODE",
+                                    "HANG-DECODE"])
 def test_the_faulty_request_is_retried_and_completes(served, marker):
     # An OOM in the VAE leaves the decode rank intact (no transfer was under way): no rebuild.
     final, elapsed = _run_fault(served, marker, rebuilds=marker != "OOM-DECODE")
