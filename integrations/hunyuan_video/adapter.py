@@ -41,6 +41,7 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
                  vae_tiling: str = "auto"):
         self.vae_tiling = check_mode(vae_tiling)  # auto, on or off: see _set_tiling
+        self._decode_budget: int | None = None  # free memory auto tiling decides on (fix_decode_budget)
         self.components = components
         # Shapes come from the configs, so that every role knows them without the weights.
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
@@ -218,9 +219,20 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             self.vae.disable_tiling()
 
     def decode_mode(self, latent_shape) -> int:
-        """1: tiled, 0: untiled, as a decode of this shape on this rank would run now."""
+        """1: tiled, 0: untiled, as a decode of this shape on this rank would run now: on the
+        decode ranks' common budget once the engine fixed one, else on this rank's free memory."""
         predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
-        return int(should_tile(self.vae_tiling, self.device, predicted, free_device_bytes(self.device)))
+        free = self._decode_budget if self._decode_budget is not None else free_device_bytes(self.device)
+        return int(should_tile(self.vae_tiling, self.device, predicted, free))
+
+    def free_decode_bytes(self) -> int | None:
+        return free_device_bytes(self.device)
+
+    def fix_decode_budget(self, free_bytes: int) -> None:
+        # Decode ranks hold different parts (one also holds the text encoder), so each one's own
+        # free memory would tile a video on one rank and not on the other: a request's frames
+        # would depend on the rank that took it. The engine fixes the tightest rank's figure.
+        self._decode_budget = free_bytes
 
     # -- one video's decode over several ranks (pipedit.runtime.split_decode) --------------
     def split_plan(self, latents: torch.Tensor, mode: int, parts: int):

@@ -70,6 +70,15 @@ class AdapterHooks:
         value every rank of a split decode agrees on; default 0 (the model always decodes untiled)."""
         return 0
 
+    def free_decode_bytes(self) -> int | None:
+        """The device memory a decode on this rank could use now; default None: the model's decode
+        does not depend on memory (pipedit.runtime.decode_budget)."""
+        return None
+
+    def fix_decode_budget(self, free_bytes: int) -> None:
+        """From now on decide decodes (decode_mode) on `free_bytes`, the tightest decode rank's
+        free memory, instead of this rank's own; default: nothing to decide."""
+
     def split_units(self, latent_shape, parts: int) -> int:
         """How many units a decode of this shape splits into over `parts` decode ranks; default 1:
         the model cannot split a decode (one rank decodes each video whole)."""

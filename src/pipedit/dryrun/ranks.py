@@ -22,7 +22,9 @@ fake tensors do not have), and so do the scheduler's construction and steps (sig
 with .item(), the step index found with nonzero()): their arithmetic on the fake latents stays
 fake, an ancestral step's noise is a real host tensor (latent-sized, not counted); so is Wan2.2
 A14B's expert choice (it reads the timestep); HunyuanVideo's tiling decision sees the GPU
-profile's capacity minus what the rank holds (the decode's CUDA path), not the CPU's "never tile".
+profile's capacity minus what the rank holds (the decode's CUDA path), not the CPU's "never tile";
+with several decode ranks every one decides on the tightest one's (runtime.decode_budget), as in
+the engine: each decode rank is loaded once more beforehand to measure it.
 Wan2.2 A14B with model.idle_expert offload: the idle expert's weights are not counted (they stand
 in host memory; the adapter moves nothing on the dry run's CPU device).
 """
@@ -178,11 +180,13 @@ class WorldRun:
         self.aco_shape = None
         self.aco_calls = 0
         self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
+        self.decode_budget: int | None = None  # the decode ranks' common budget (runtime.decode_budget)
 
     def run(self) -> list[RankResult]:
         with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched(), \
                 scripted_decisions():
             self._probe_condition()
+            self.decode_budget = self._decode_budget()
             results = [self._rank(r, self._denoise) for r in self.layout.denoise_ranks]
             results += [self._rank(r, self._decode) for r in self.layout.decode_ranks]
         return results
@@ -192,6 +196,30 @@ class WorldRun:
         probe = load_adapter(self.model_path, parts={"text"}, device="cpu", dtype=model.torch_dtype(),
                              model=model.name, text_encoder_path=model.text_encoder_path)
         self.cond = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in probe.encode_prompt(self.request.prompt).items()}
+
+    def _decode_budget(self) -> int | None:
+        """The engine's rule (runtime.decode_budget): the tightest decode rank's free memory once
+        its parts are loaded, fixed on every decode rank. Each is measured on a load of its own,
+        whose collectives go to a recorder nobody reads."""
+        from ..runtime.decode_budget import tightest
+        from ..runtime.decode_worker import DecodeWorker
+
+        if len(self.layout.decode_ranks) < 2:
+            return None
+        free = []
+        for rank in self.layout.decode_ranks:
+            counter = StorageCounter()
+            self.tiling.counter = counter
+            with rank_group(rank, self.layout.world_size), Recorder().patched(rank, counter), counter:
+                worker = DecodeWorker(self.config, self.layout, rank)
+                worker._init_process_group = lambda rendezvous: None
+                worker.setup(self.model_path)
+                free.append(worker.decode_free_bytes())
+                worker.close()
+                del worker
+                gc.collect()
+        self.tiling.counter = None
+        return tightest(free)
 
     def _result(self, rank: int) -> RankResult:
         layout = self.layout
@@ -222,6 +250,8 @@ class WorldRun:
             experts.index_for = _on_host(experts.index_for)
         counter.tag(_weights(worker.adapter), "weights")
         self._host_idle_expert(worker, rank, counter)
+        if self.decode_budget is not None and rank in self.layout.decode_ranks:
+            worker.fix_decode_budget(self.decode_budget)
         if rank == self.layout.text_rank:
             worker.encode_prompt(self.request)
             counter.tag_live_as_state()

@@ -34,6 +34,13 @@ class DecodeWorker(RankWorker):
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
+    def decode_free_bytes(self) -> int | None:
+        """Free device memory for decodes now (runtime.decode_budget asks once the group is up)."""
+        return self.adapter.free_decode_bytes()
+
+    def fix_decode_budget(self, free_bytes: int) -> None:
+        self.adapter.fix_decode_budget(free_bytes)
+
     def split_units(self, request: VideoRequest) -> int:
         """Units a decode of this request would be split into over the decode group now (1: none)."""
         if self.decode_group is None:

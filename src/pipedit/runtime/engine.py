@@ -17,6 +17,7 @@ from ..errors import UserInputError
 from .calibration import resolve_parallel
 from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
+from .decode_budget import fix_decode_budget
 from .executor import create_executor
 from .layout import WorldLayout
 from .request_pipeline import EventCallback, Outcome, RequestPipeline
@@ -52,7 +53,7 @@ class Engine:
         if self.layout.ring > 1 and not adapter_class.capabilities.ring:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
-        self.executor = create_executor(config, model_path, self.layout)
+        self.executor = self._start_group()
         self.pipeline = RequestPipeline(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild,
                                            self._decode_prediction())
 
@@ -81,7 +82,19 @@ class Engine:
                 old.close()
             except Exception:  # noqa: BLE001 - its processes may be gone already
                 _log.exception("closing the failed rank group")
-        self.executor = self.pipeline.executor = create_executor(self.config, self._model_path, self.layout)
+        self.executor = self.pipeline.executor = self._start_group()
+
+    def _start_group(self):
+        """A new rank group, its decode ranks deciding decodes on one memory budget."""
+        executor = create_executor(self.config, self._model_path, self.layout)
+        try:
+            limit = self.config.reliability.op_deadline_floor_s  # two quick calls per decode rank
+            fix_decode_budget(self.layout.decode_ranks,
+                              lambda rank, method, *args: executor.call_rank(rank, method, *args, timeout=limit))
+        except BaseException:
+            executor.close()  # a rebuild retries with a new group: never leave this one's ranks running
+            raise
+        return executor
 
     def generate_many(self, requests: Iterable[VideoRequest], on_event: EventCallback | None = None,
                       **options) -> Iterator[Outcome]:
