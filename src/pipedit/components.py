@@ -22,7 +22,7 @@ _CONFIG_FILES = {
 _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".safetensors.index.json", ".bin.index.json")
 
 
-def _component_kind(name: str) -> str:
+def component_kind(name: str) -> str:
     if name.startswith("tokenizer"):
         return "tokenizer"
     if name.startswith("scheduler"):
@@ -35,7 +35,7 @@ def _component_kind(name: str) -> str:
 def _check_files(folder: Path, name: str) -> None:
     if not folder.is_dir():
         raise ModelPathError(f"{folder} is missing: model_index.json lists component '{name}'")
-    kind = _component_kind(name)
+    kind = component_kind(name)
     if kind == "model":
         if not (folder / "config.json").is_file():
             raise ModelPathError(f"{folder / 'config.json'} is missing")
@@ -56,7 +56,7 @@ def load_component(root: str | Path, index: dict[str, Any], name: str, *,
     component_class = getattr(importlib.import_module(library), class_name, None)
     if component_class is None:
         raise ModelPathError(f"{library} has no class {class_name} (named for '{name}' in model_index.json)")
-    if _component_kind(name) != "model":
+    if component_kind(name) != "model":
         return component_class.from_pretrained(folder)
     target = torch.device(device) if device is not None else None
     options = {}

@@ -273,5 +273,7 @@ register(Family(
               about="a tiny Wan in the diffusers layout (the --preset names which)"),
     dry_run=DryRun(released="pipedit.dryrun.released_wan:write_wan_release",
                    fakes=((f"{_INTEGRATIONS}.wan.adapter:load_component", "pipedit.dryrun.models:fake_component"),
-                          (f"{_INTEGRATIONS}.wan.adapter:encode_text", "pipedit.dryrun.models:fake_umt5_encode"))),
+                          (f"{_INTEGRATIONS}.wan.adapter:encode_text", "pipedit.dryrun.models:fake_umt5_encode"),
+                          (f"{_INTEGRATIONS}.wan.image_condition:first_frame_video",
+                           "pipedit.dryrun.models:fake_first_frame_video"))),
 ))

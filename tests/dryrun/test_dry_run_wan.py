@@ -56,3 +56,21 @@ def test_an_offloaded_idle_expert_is_not_counted(tmp_path, capsys):
     one_expert = 2 * (spec.dit_params + spec.text_params + spec.vae_params)
     assert rank["by_kind"]["weights"] == pytest.approx(one_expert, rel=0.01)
     assert rank["planner_error"] == pytest.approx(0.0, abs=0.05)
+    assert rank["host_bytes"] == pytest.approx(2 * spec.dit_params, rel=0.01)  # the idle expert, mapped
+
+
+def test_image_to_video_with_compile_runs_eager_on_the_placeholder_image(tmp_path, capsys):
+    """Wan2.1 I2V on 3 ranks (the decode rank encodes the prompt and the image: the CLIP image
+    encoder and the VAE's encoder run too) with model.compile: the blocks run eagerly, and the
+    report says so."""
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    dims = WanDims(heads=2, head_dim=8, text_dim=24, ffn_dim=40, image_dim=20, image_size=24, seed=9)
+    path = write_demo_checkpoint(tmp_path / "i2v", dims, preset="i2v")
+    config = tmp_path / "config.yaml"
+    config.write_text("model:\n  dtype: bfloat16\n  compile: true\nparallel:\n  ulysses: 2\n  decode_ranks: 1\n"
+                      "generation:\n  height: 64\n  width: 64\n  num_frames: 9\n")
+    assert main(["dry-run", "--config", str(config), "--model-path", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["compile_ran_eager"] and report["mismatches"] == []
+    assert report["ranks"][2]["holds"] == ["text", "vae"]

@@ -7,7 +7,8 @@ fake tensor of the requested dtype (fakeworld.materialize). Tokenizers become `S
 every prompt fills max_length tokens, all valid (the longest text the DiT can see, as the
 planner assumes). Schedulers are real (small, config only). Wan's text encoding reads the valid
 length from the mask (a value): `fake_umt5_encode` stands in for it, with every token valid (its
-result then has the same shape and holds the same storages, less the zero-padding copy).
+result then has the same shape and holds the same storages, less the zero-padding copy). Wan's
+image preprocessing reads pixels: `fake_first_frame_video` gives its result's shape.
 
 `released_checkpoint(model, folder)` writes the released models' configs (no weights) in the
 layout the adapters read, for when no --model-path is given.
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import torch
 
+from ..components import component_kind
 from .fakeworld import materialize
 
 
@@ -65,9 +67,12 @@ def fake_component(root, index, name, *, dtype=None, device=None):
     library, class_name = index[name]
     folder = Path(root) / name
     component_class = getattr(importlib.import_module(library), class_name)
-    if name.startswith("tokenizer"):
+    kind = component_kind(name)
+    if kind == "tokenizer":
         return StubTokenizer()
-    if name.startswith("scheduler"):  # host data: sigma tables whose values it reads (.item())
+    # Real and small, from config files alone: schedulers (host data: sigma tables whose values
+    # it reads, .item()) and image processors (resize and normalise constants).
+    if kind in ("scheduler", "processor"):
         with torch._subclasses.fake_tensor.unset_fake_temporarily():
             return component_class.from_pretrained(folder)
     if library == "transformers":
@@ -111,6 +116,12 @@ def fake_umt5_encode(tokenizer, text_encoder, prompt, device, max_tokens=512):
     tokens = tokenizer([prompt], max_length=max_tokens)
     states = text_encoder(tokens.input_ids, tokens.attention_mask).last_hidden_state
     return states.to(device=device, dtype=text_encoder.dtype)
+
+
+def fake_first_frame_video(image, shape, spatial_ratio, frames):
+    """Wan's image condition before the VAE: the resized image's pixels, then zero frames. The
+    preprocessing reads pixel values (host data); only the shape and dtype matter here."""
+    return torch.empty(1, 3, frames, shape.height, shape.width, dtype=torch.float32)
 
 
 @contextlib.contextmanager

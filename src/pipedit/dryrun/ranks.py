@@ -44,6 +44,7 @@ from ..adapter import load_adapter
 from ..config import EngineConfig
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
+from ..runtime.rank import encode_request
 from .cache_decisions import scripted_decisions
 from .fakeworld import device_path, fake_tensors, rank_group, remembered_values
 from .memory import StorageCounter
@@ -62,6 +63,10 @@ class RankResult:
     by_kind: dict[str, int] = field(default_factory=dict)
     tiled: bool | None = None  # the VAE decode's tiling decision, where this rank decoded
     split_peak_bytes: int | None = None  # peak during a decode split over the decode group
+    # Weights this rank keeps in host memory, not on the GPU: Wan2.2 A14B's idle expert under
+    # model.idle_expert offload, as views of its memory-mapped checkpoint files (the page cache
+    # holds one copy per node, shared by every rank that maps the same files).
+    host_bytes: int = 0
 
 
 class _Tiling:
@@ -181,6 +186,7 @@ class WorldRun:
         self.aco_calls = 0
         self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
         self.decode_budget: int | None = None  # the decode ranks' common budget (runtime.decode_budget)
+        self.host_bytes: dict[int, int] = {}  # rank -> weights kept in host memory (RankResult.host_bytes)
 
     def run(self) -> list[RankResult]:
         with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched(), \
@@ -193,9 +199,10 @@ class WorldRun:
 
     def _probe_condition(self) -> None:
         model = self.config.model
-        probe = load_adapter(self.model_path, parts={"text"}, device="cpu", dtype=model.torch_dtype(),
-                             model=model.name, text_encoder_path=model.text_encoder_path)
-        self.cond = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in probe.encode_prompt(self.request.prompt).items()}
+        probe = load_adapter(self.model_path, parts=self.layout.parts(self.layout.text_rank), device="cpu",
+                             dtype=model.torch_dtype(), model=model.name, text_encoder_path=model.text_encoder_path)
+        probe.prepare_condition = _on_host(probe.prepare_condition)
+        self.cond = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in encode_request(probe, self.request).items()}
 
     def _decode_budget(self) -> int | None:
         """The engine's rule (runtime.decode_budget): the tightest decode rank's free memory once
@@ -237,6 +244,7 @@ class WorldRun:
             gc.collect()
         result.peak_bytes, result.by_kind, result.tiled = counter.peak, counter.peak_by_kind(), self.tiling.decided
         result.split_peak_bytes = self.split_peaks.get(rank)
+        result.host_bytes = self.host_bytes.get(rank, 0)
         return result
 
     def _worker(self, cls, rank: int, counter: StorageCounter):
@@ -264,7 +272,9 @@ class WorldRun:
         experts = worker.adapter.experts if "dit" in self.layout.parts(rank) else []
         if getattr(self.config.model, "idle_expert", "resident") == "offload" and len(experts) > 1:
             for idle in experts[1:]:
-                counter.forget(list(idle.parameters()) + list(idle.buffers()))
+                tensors = list(idle.parameters()) + list(idle.buffers())
+                self.host_bytes[rank] = self.host_bytes.get(rank, 0) + sum(t.nbytes for t in tensors)
+                counter.forget(tensors)
 
     def _denoise(self, rank: int, counter: StorageCounter) -> None:
         from ..runtime.worker import DenoiseWorker

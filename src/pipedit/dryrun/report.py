@@ -53,7 +53,7 @@ def verdict(world: DryWorld, results: list[RankResult], mismatches: list[str], g
         "layout": {"ulysses": layout.ulysses, "ring": layout.ring, "cfg": layout.cfg, "decode": layout.decode,
                    "aco": layout.aco, "text_rank": layout.text_rank, "world_size": layout.world_size,
                    "pipesp_chunk": world.config.parallel.pipesp_chunk},
-        "ranks": ranks, "collectives": groups, "mismatches": mismatches,
+        "ranks": ranks, "collectives": groups, "mismatches": mismatches, "compile_ran_eager": world.compile_ran_eager,
         "ok": all(r["fits"] for r in ranks) and not mismatches,
     }
 
@@ -83,6 +83,14 @@ def table(report: dict) -> str:
         lines.append(f"{r['rank']:>4} {_role(r):<14} {','.join(r['holds']):<14} {kinds} {r['peak_bytes'] / GIB:>7.2f} "
                      f"{r['on_gpu_bytes'] / GIB:>7.2f} {r['planner_bytes'] / GIB:>7.2f} {r['planner_error']:>+6.0%} "
                      f"{tiled:>5} {'yes' if r['fits'] else 'NO'}")
+    hosted = [r for r in report["ranks"] if r["host_bytes"]]
+    if hosted:
+        lines.append("weights kept in host memory (GiB; memory-mapped checkpoint files: one page-cache copy per "
+                     "node whatever the number of ranks): " + ", ".join(
+                         f"rank {r['rank']} {r['host_bytes'] / GIB:.2f}" for r in hosted))
+    if report["compile_ran_eager"]:
+        lines.append("model.compile: the blocks ran eagerly (compiled blocks issue the same collectives on the "
+                     "same shapes; inductor's own buffers are not counted)")
     split = [r for r in report["ranks"] if r.get("split_peak_bytes") is not None]
     if split:
         lines.append("one video split over the decode group, peak per rank (GiB): " + ", ".join(

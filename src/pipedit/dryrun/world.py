@@ -2,11 +2,12 @@
 profile, the model's configs (a checkpoint folder's, or the released ones written to a temporary
 folder), and the planner's view of the same layout.
 
-Resolution differs from a real start in three named ways: the device is CPU (fake tensors;
+Resolution differs from a real start in four named ways: the device is CPU (fake tensors;
 memory does not depend on it), `pipesp_chunk: auto` (a timing measurement) runs synchronous
-Ulysses (give a chunk in the config to check PipeSP's buffers), and `decode_ranks: auto` takes
+Ulysses (give a chunk in the config to check PipeSP's buffers), `decode_ranks: auto` takes
 the planner's choice for the --gpu profile (what the engine does on a profiled GPU without a
-cached calibration).
+cached calibration), and `model.compile: true` runs the blocks eagerly (the report says so).
+An image-to-video model gets calibration's placeholder image.
 """
 
 from __future__ import annotations
@@ -16,9 +17,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from .. import families
-from ..adapter import attention_heads, model_name_for
+from ..adapter import attention_heads, model_inputs, model_name_for
 from ..config import EngineConfig
 from ..errors import UserInputError
+from ..images import placeholder_for
 from ..planner import split_denoise_ranks
 from ..planner.cost import Shape
 from ..planner.auto import best_with_decode_ranks
@@ -39,6 +41,7 @@ class DryWorld:
     request: VideoRequest
     gpu: str
     capacity: float  # bytes per GPU
+    compile_ran_eager: bool = False  # the config asked for model.compile; the dry run runs eager
 
 
 def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, height: int | None,
@@ -54,16 +57,22 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
     g = config.generation
     request = VideoRequest("dry run: a red fox running through snow", height=height or g.height,
                            width=width or g.width, num_frames=frames or g.num_frames, steps=steps, seed=0)
-    model_config = replace(config.model, name=name, path=model_path, device="cpu",
+    # Image-to-video: calibration's placeholder image (its size does not matter: the image is
+    # resized to the video's before it is encoded).
+    request = placeholder_for(request, model_inputs(model_path, name).capabilities.needs_image)
+    # model.compile: eager. torch.compile cannot trace fake tensors of another device's kernels,
+    # and the compiled blocks keep the eager blocks' shapes and the same collectives around them.
+    model_config = replace(config.model, name=name, path=model_path, device="cpu", compile=False,
                            text_encoder_path=None if released else config.model.text_encoder_path,
                            dtype="bfloat16" if config.model.dtype == "auto" else config.model.dtype)
     from ..adapter import adapter_class_for
 
     adapter_class = adapter_class_for(model_path, name)
     parallel = _parallel(config, spec, request, gpu, attention_heads(model_path, name))
+    asked_compile = config.model.compile
     config = replace(config, model=model_config, parallel=parallel)
     return DryWorld(config, WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder), shown,
-                    model_path, released, spec, request, gpu, PROFILES[gpu].memory)
+                    model_path, released, spec, request, gpu, PROFILES[gpu].memory, asked_compile)
 
 
 def _parallel(config: EngineConfig, spec: ModelSpec, request: VideoRequest, gpu: str, heads: int):

@@ -27,6 +27,18 @@ from .split_decode import DecodeGroup, make_decode_group
 
 
 
+def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
+    """The adapter's encode_prompt with the inputs the request carries."""
+    inputs = {}
+    # check_inputs lets a blank negative prompt through for models without one (it asks for
+    # nothing); their encode_prompt takes no such argument.
+    if request.negative_prompt is not None and adapter.capabilities.negative_prompt:
+        inputs["negative_prompt"] = request.negative_prompt
+    if request.image is not None:  # the image condition depends on the video's size and frames
+        inputs.update(image=load_image(request.image), shape=request.shape)
+    return adapter.encode_prompt(request.prompt, **inputs)
+
+
 class RankWorker:
     def __init__(self, config: EngineConfig, layout: WorldLayout, rank: int = 0):
         self.config = config
@@ -99,15 +111,8 @@ class RankWorker:
         check_inputs(self.adapter, **request.field_values())
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
-        inputs = {}
-        # check_inputs lets a blank negative prompt through for models without one (it asks for
-        # nothing); their encode_prompt takes no such argument.
-        if request.negative_prompt is not None and self.adapter.capabilities.negative_prompt:
-            inputs["negative_prompt"] = request.negative_prompt
-        if request.image is not None:  # the image condition depends on the video's size and frames
-            inputs.update(image=load_image(request.image), shape=request.shape)
         with self._encode_stream():
-            return {k: v.cpu() for k, v in self.adapter.encode_prompt(request.prompt, **inputs).items()}
+            return {k: v.cpu() for k, v in encode_request(self.adapter, request).items()}
 
     def _encode_stream(self):
         """Encoding's own CUDA stream. On a decode rank the next request's prompt is encoded in a
