@@ -15,7 +15,7 @@ CFG parallel through the CFG seam, decode ranks and Aco through the engine.
 
 from __future__ import annotations
 
-import threading
+import copy
 from dataclasses import replace
 from pathlib import Path
 
@@ -64,10 +64,13 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
                                     guidance_scale_2=layout.two_experts)
         self.expert_set = None  # the denoise ranks' experts (dit loaded)
-        # Hazard: AutoencoderKLWan keeps its causal feature caches on the module and every encode
-        # and decode resets both (clear_cache); the text rank encodes the next request's image in a
-        # second thread while this VAE decodes (DeDiVAE), so the two must not interleave.
-        self.vae_lock = threading.Lock()
+        # Hazard: AutoencoderKLWan keeps its causal feature caches on the module itself, and every
+        # encode and decode resets both (clear_cache). The text rank encodes the next request's
+        # image in a second thread while this VAE decodes (DeDiVAE), so the image encode runs on
+        # its own shallow copy: the same submodules and weights (no memory), its own caches. A
+        # lock instead would hold the encode, and so the next request's denoising, for a whole
+        # decode. The two may run at once: the rank's memory holds both activations.
+        self.encoding_vae = copy.copy(components["vae"]) if "vae" in components else None
         if "transformer" in components:
             self.expert_set = Experts(self.experts, self._boundary_timestep(), self.device, idle_expert,
                                       expert_homes)
@@ -132,19 +135,16 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     def encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
         """The condition channels, and the CLIP image embedding for Wan2.1 I2V; TI2V: the first
-        frame's latents (image_condition.py). Waits for a decode running on the same VAE."""
-        with self.vae_lock:
-            return self._encode_image(image, shape)
-
-    def _encode_image(self, image, shape: VideoShape | None) -> dict[str, torch.Tensor]:
+        frame's latents (image_condition.py). Never waits for a decode: it encodes on `encoding_vae`."""
         if not self.capabilities.image:
             raise InvalidRequestError("this wan checkpoint is text-to-video: it takes no image")
         if image is None or shape is None:
             raise InvalidRequestError("this wan checkpoint is image-to-video: the request needs an image")
         self.validate(shape, 1)
         if self.layout.expand_timesteps:
-            return {"first_frame": first_frame_latents(self.vae, image, shape, self.spatial_ratio)}
-        cond = {"condition": condition_channels(self.vae, image, shape, self.temporal_ratio, self.spatial_ratio)}
+            return {"first_frame": first_frame_latents(self.encoding_vae, image, shape, self.spatial_ratio)}
+        cond = {"condition": condition_channels(self.encoding_vae, image, shape, self.temporal_ratio,
+                                                self.spatial_ratio)}
         if self.layout.image_embeds:
             cond["image_embeds"] = clip_image_embeds(self.image_processor, self.image_encoder, image)
         return cond
@@ -275,8 +275,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         view = (1, config.z_dim, 1, 1, 1)
         mean = torch.tensor(config.latents_mean).view(view).to(latents.device, latents.dtype)
         inverse_std = 1.0 / torch.tensor(config.latents_std).view(view).to(latents.device, latents.dtype)
-        with self.vae_lock:  # an image encode of the next request may share this VAE (see __init__)
-            video = self.vae.decode(latents / inverse_std + mean, return_dict=False)[0]
+        video = self.vae.decode(latents / inverse_std + mean, return_dict=False)[0]  # see encoding_vae
         return self.frames(video)
 
     frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]

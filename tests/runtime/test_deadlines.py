@@ -55,3 +55,34 @@ def test_a_first_720p_decode_on_a_slow_gpu_is_bounded_by_the_planners_prediction
 def test_bad_reliability_settings_are_refused(values, says):
     with pytest.raises(UserInputError, match=says):
         ReliabilityConfig(**values)
+
+
+def test_an_encode_with_an_image_waits_as_long_as_a_decode_of_the_video():
+    """Image-to-video: the text rank's VAE encodes a video of the request's shape (Wan2.1 I2V: the
+    image, then zero frames), beside a running decode; step-sized bounds would call it hung."""
+    from pipedit.adapter import VideoShape
+    from pipedit.request import VideoRequest
+    from pipedit.runtime.layout import WorldLayout
+    from pipedit.runtime.request_pipeline import RequestPipeline
+
+    shape = VideoShape(720, 1280, 81)
+    deadlines = Deadlines(ReliabilityConfig(op_deadline_floor_s=5.0), lambda s: 200.0 if s == shape else 1.0)
+    assert deadlines.encode_s(shape, with_image=False) == deadlines.call_s == 10.0
+    assert deadlines.encode_s(shape, with_image=True) == deadlines.decode_s(shape) == 3 * 200.0 + 5.0
+
+    class EncodeOnly:
+        """Records the encode's bound, then fails it as a bad request would (the group stays)."""
+
+        def __init__(self):
+            self.timeouts = []
+
+        def call_rank(self, rank, method, *args, timeout=None):
+            self.timeouts.append((method, timeout))
+            raise ValueError("stop after the encode")
+
+    executor = EncodeOnly()
+    pipeline = RequestPipeline(executor, WorldLayout(decode=1), reliability=ReliabilityConfig(op_deadline_floor_s=5.0),
+                               predict_decode=lambda s: 200.0)
+    with_image = VideoRequest("a fox", height=720, width=1280, num_frames=81, image=b"png bytes")
+    list(pipeline.run([VideoRequest("a fox", height=720, width=1280, num_frames=81), with_image]))
+    assert executor.timeouts == [("encode_prompt", 10.0), ("encode_prompt", 605.0)]

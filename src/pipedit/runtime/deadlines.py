@@ -4,8 +4,9 @@ op_s: the per-operation deadline every rank applies to its collectives and P2P t
 max(floor, factor x the slowest denoise step), never above OP_SHARE_OF_GROUP_TIMEOUT of the process
 group's timeout (NCCL's watchdog): a hang must surface as an OperationTimeout naming the operation,
 not as a rank killed by the watchdog. call_s: how long the driver waits for one rank call (a
-step, an Aco forward, an encode) before it declares the group hung: op_s plus a floor's grace, so
-a rank's own, more precise OperationTimeout arrives first. decode_s(shape): the same for one
+step, an Aco forward, a prompt's encode) before it declares the group hung: op_s plus a floor's
+grace, so a rank's own, more precise OperationTimeout arrives first; an encode with an image
+(image-to-video: the VAE encodes a video) waits as long as a decode of the same shape. decode_s(shape): the same for one
 decode, from the slowest decode measured, and never below DECODE_PREDICTION_MARGIN x the
 planner's prediction for that video shape on the decode rank's GPU (a first 720p decode on a
 slow GPU takes minutes: it must not be declared hung before any decode has been measured).
@@ -53,6 +54,12 @@ class Deadlines:
                 self._predicted[shape] = self.predict_decode(shape)
             predicted = DECODE_PREDICTION_MARGIN * self._predicted[shape]
         return max(self._bound(self.slowest_decode_s), predicted) + self.config.op_deadline_floor_s
+
+    def encode_s(self, shape: VideoShape, with_image: bool) -> float:
+        """The bound for one prompt encode. With an image the VAE's encoder runs over a video of
+        the request's shape (Wan2.1 I2V: the image, then zero frames), on the text rank's GPU
+        beside a decode that may be running: as long as a decode, so the decode bound holds."""
+        return max(self.call_s, self.decode_s(shape)) if with_image else self.call_s
 
     def observe_step(self, seconds: float) -> bool:
         """Records a step's duration; True when the ranks should be sent the new op_s."""

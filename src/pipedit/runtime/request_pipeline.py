@@ -134,7 +134,8 @@ class _Run:
         try:
             self._check_cancelled(request)
             self.emit(RequestEvent(request.request_id, RequestStatus.ENCODING))
-            cond = self.ex.call_rank(self.layout.text_rank, "encode_prompt", request, timeout=self.deadlines.call_s)
+            cond = self.ex.call_rank(self.layout.text_rank, "encode_prompt", request,
+                                     timeout=self.deadlines.encode_s(request.shape, request.image is not None))
             timings["encode_s"] = time.perf_counter() - started
             phase = "denoise"
             yield from self._denoise(request, cond, timings)

@@ -173,39 +173,48 @@ def test_demo_checkpoint_cli_writes_the_i2v_preset_and_names_the_presets(tmp_pat
     assert "unknown wan preset 'i3v'; choose one of: t2v, a14b, i2v, i2v-a14b, ti2v" in capsys.readouterr().err
 
 
-def test_an_image_encode_waits_for_a_decode_on_the_same_vae(tiny_i2v, image_bytes):
-    """AutoencoderKLWan resets its encoder and decoder feature caches on every call: the text rank's
-    image encode (a second thread under DeDiVAE) must not run inside a decode of the same VAE. The
-    decode is held open; the encode must still be waiting after 1.5 s (unguarded, the tiny encode
-    finishes in well under that) and run once the decode ends."""
+def test_an_image_encode_does_not_wait_for_a_decode_and_neither_disturbs_the_other(tiny_i2v, image_bytes):
+    """The text rank encodes the next request's image (a second thread under DeDiVAE) while its VAE
+    decodes. AutoencoderKLWan resets its encoder's and decoder's feature caches on every call, so
+    the encode runs on its own shallow copy of the VAE. A decode is held open after its first
+    latent frame (its caches filled): the encode finishes meanwhile, and both equal the same
+    calls made alone (bitwise: same kernels, same process)."""
     import threading
 
     from pipedit.adapter import VideoShape
 
     adapter = load_adapter(str(tiny_i2v), parts={"text", "vae"})
-    shape = VideoShape(HEIGHT, WIDTH, FRAMES)
-    vae, order, decoding, release = adapter.vae, [], threading.Event(), threading.Event()
-    decode, encode = vae.decode, vae.encode
+    # 4 latent frames: the decoder runs 4 times, each call reading the caches the last one left
+    # (an encode resetting them between calls would change the frames after it).
+    shape = VideoShape(HEIGHT, WIDTH, 13)
+    latents = torch.randn(adapter.latent_shape(shape), generator=torch.Generator().manual_seed(5))
+    image = load_image(image_bytes)
+    frames_alone, cond_alone = adapter.decode(latents), adapter.encode_image(image, shape)
 
-    def held_decode(*args, **kwargs):
-        order.append("decode")
-        decoding.set()
-        release.wait(30)
-        return decode(*args, **kwargs)
+    decoder, calls, held, release = adapter.vae.decoder, [], threading.Event(), threading.Event()
+    forward = decoder.forward
 
-    def recorded_encode(*args, **kwargs):
-        order.append("encode")
-        return encode(*args, **kwargs)
+    def held_after_the_first_frame(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 2:
+            held.set()
+            release.wait(60)
+        return forward(*args, **kwargs)
 
-    vae.decode, vae.encode = held_decode, recorded_encode
-    decoder = threading.Thread(target=adapter.decode, args=(torch.randn(adapter.latent_shape(shape)),))
-    decoder.start()
-    assert decoding.wait(30)
-    encoder = threading.Thread(target=adapter.encode_image, args=(load_image(image_bytes), shape))
-    encoder.start()
-    encoder.join(1.5)
-    waiting = encoder.is_alive()
-    release.set()
-    decoder.join(30)
-    encoder.join(30)
-    assert waiting and order == ["decode", "encode"]
+    decoder.forward = held_after_the_first_frame
+    decoded, encoded = [], []
+    decoding = threading.Thread(target=lambda: decoded.append(adapter.decode(latents)))
+    decoding.start()
+    try:
+        assert held.wait(60)
+        encoding = threading.Thread(target=lambda: encoded.append(adapter.encode_image(image, shape)))
+        encoding.start()
+        encoding.join(60)
+        finished_during_the_decode = not encoding.is_alive() and not release.is_set()
+    finally:
+        release.set()
+        decoding.join(60)
+    assert finished_during_the_decode and len(calls) == 4  # the encode never ran the decoder
+    assert torch.equal(decoded[0], frames_alone)
+    assert cond_alone.keys() == encoded[0].keys()
+    assert all(torch.equal(encoded[0][key], cond_alone[key]) for key in cond_alone)
