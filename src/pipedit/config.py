@@ -256,9 +256,14 @@ class ReliabilityConfig:
     group_timeout_s: float = 300.0  # torch.distributed's own timeout (rendezvous, NCCL watchdog)
     retries: int = 1  # a request that fails with the rank group is run again this many times
     rebuild_timeout_s: float = 600.0  # the most a rank group rebuild (actors start, models load) may take
+    # model.compile: the first forward of a video shape the group has not run compiles its graphs;
+    # it may take this much longer than a step (the warm-up at the group's start runs under
+    # rebuild_timeout_s instead).
+    first_compile_s: float = 300.0
 
     def __post_init__(self):
-        for name in ("op_deadline_floor_s", "op_deadline_factor", "group_timeout_s", "rebuild_timeout_s"):
+        for name in ("op_deadline_floor_s", "op_deadline_factor", "group_timeout_s", "rebuild_timeout_s",
+                     "first_compile_s"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or isinstance(value, bool) or value <= 0:
                 raise UserInputError(f"reliability.{name} must be a positive number, got {value!r}")

@@ -20,7 +20,7 @@ import pytest
 import torch
 
 from e2e_helpers import Case, single_device_latents
-from pipedit.config import EngineConfig, ModelConfig
+from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.distributed.spawn import run_on_gloo_ranks
 from pipedit.errors import UserInputError
 from pipedit.request import VideoRequest
@@ -35,10 +35,13 @@ CASE = Case("a lighthouse at dusk", height=64, width=64, frames=5, steps=2, seed
 
 
 def _result(checkpoint, case: Case, compile: bool, cache: str | None = None) -> tuple[torch.Tensor, dict]:
-    """(final latents, timings) of one request on one in-process rank."""
+    """(final latents, timings) of one request on one in-process rank. The configured shape is the
+    request's: the engine's compile warm-up (a forward at the start) compiles what it runs."""
     request = VideoRequest(case.prompt, height=case.height, width=case.width, num_frames=case.frames,
                            steps=case.steps, seed=case.seed, cache=cache)
-    with Engine(EngineConfig(model=ModelConfig(path=str(checkpoint), compile=compile))) as engine:
+    shape = GenerationDefaults(height=case.height, width=case.width, num_frames=case.frames, steps=case.steps)
+    with Engine(EngineConfig(model=ModelConfig(path=str(checkpoint), compile=compile), generation=shape)) as engine:
+        assert engine.pipeline.compiled_shapes == ({request.shape} if compile else None)  # warmed up
         result = engine.generate(request)
     return result.latents, result.timings
 

@@ -5,7 +5,9 @@ max(floor, factor x the slowest denoise step), never above OP_SHARE_OF_GROUP_TIM
 group's timeout (NCCL's watchdog): a hang must surface as an OperationTimeout naming the operation,
 not as a rank killed by the watchdog. call_s: how long the driver waits for one rank call (a
 step, an Aco forward, a prompt's encode) before it declares the group hung: op_s plus a floor's
-grace, so a rank's own, more precise OperationTimeout arrives first; an encode with an image
+grace, so a rank's own, more precise OperationTimeout arrives first. With model.compile the first
+forward of a new video shape compiles its graphs: while it runs, both grow by first_compile_s
+(`compiling`); its time is not a step time. An encode with an image
 (image-to-video: the VAE encodes a video) waits as long as a decode of the same shape. decode_s(shape): the same for one
 decode, from the slowest decode measured, and never below DECODE_PREDICTION_MARGIN x the
 planner's prediction for that video shape on the decode rank's GPU (a first 720p decode on a
@@ -14,7 +16,8 @@ slow GPU takes minutes: it must not be declared hung before any decode has been 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 from ..adapter import VideoShape
 from ..config import OP_SHARE_OF_GROUP_TIMEOUT, ReliabilityConfig
@@ -33,6 +36,9 @@ class Deadlines:
         self.slowest_step_s = 0.0
         self.slowest_decode_s = 0.0
         self.sent_op_s: float | None = None  # the deadline the ranks hold
+        # model.compile: the first forward of a new video shape compiles its graphs, each rank at
+        # its own pace; while it runs every bound is widened by this much (see compiling()).
+        self.compile_s = 0.0
         self._predicted: dict[VideoShape, float] = {}
 
     def _bound(self, measured: float) -> float:
@@ -40,11 +46,24 @@ class Deadlines:
 
     @property
     def op_s(self) -> float:
-        return min(self._bound(self.slowest_step_s), OP_SHARE_OF_GROUP_TIMEOUT * self.config.group_timeout_s)
+        return min(self._bound(self.slowest_step_s) + self.compile_s,
+                   OP_SHARE_OF_GROUP_TIMEOUT * self.config.group_timeout_s)
 
     @property
     def call_s(self) -> float:
-        return self.op_s + self.config.op_deadline_floor_s
+        # The driver's wait is not capped by the group timeout: a rank compiling alone (one rank,
+        # or before its first collective) is not hung.
+        return self.op_s + self.config.op_deadline_floor_s + self.compile_s
+
+    @contextlib.contextmanager
+    def compiling(self) -> Iterator[None]:
+        """Bounds for the first forward of a new video shape under model.compile: op_s (the
+        ranks', capped below the group timeout) and call_s (the driver's) grow by first_compile_s."""
+        self.compile_s = self.config.first_compile_s
+        try:
+            yield
+        finally:
+            self.compile_s = 0.0
 
     def decode_s(self, shape: VideoShape | None = None) -> float:
         """The bound for one decode of `shape` (None: of any shape measured so far)."""

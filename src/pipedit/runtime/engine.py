@@ -17,6 +17,7 @@ from ..errors import UserInputError
 from .calibration import resolve_parallel
 from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
+from ..images import placeholder_for
 from .decode_budget import fix_decode_budget
 from .executor import create_executor
 from .layout import WorldLayout
@@ -54,8 +55,13 @@ class Engine:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = self._start_group()
-        self.pipeline = RequestPipeline(self.executor, self.layout, parallel.aco, config.reliability, self.rebuild,
-                                           self._decode_prediction())
+        try:
+            self.pipeline = RequestPipeline(self.executor, self.layout, parallel.aco, config.reliability,
+                                            self.rebuild, self._decode_prediction(), compiled=config.model.compile)
+            self._warm_up()
+        except BaseException:
+            self.executor.close()
+            raise
 
     def _decode_prediction(self):
         """The planner's decode time on the GPU that decodes (None on CPU ranks, or where the
@@ -83,6 +89,15 @@ class Engine:
             except Exception:  # noqa: BLE001 - its processes may be gone already
                 _log.exception("closing the failed rank group")
         self.executor = self.pipeline.executor = self._start_group()
+        self._warm_up()
+
+    def _warm_up(self) -> None:
+        """model.compile: the configured video shape's graphs compile now, on the new group."""
+        if self.config.model.compile:
+            g = self.config.generation
+            request = VideoRequest("a red fox running through snow", height=g.height, width=g.width,
+                                   num_frames=g.num_frames, steps=g.steps, guidance_scale=g.guidance_scale)
+            self.pipeline.warm_up(placeholder_for(request, self.needs_image))
 
     def _start_group(self):
         """A new rank group, its decode ranks deciding decodes on one memory budget."""

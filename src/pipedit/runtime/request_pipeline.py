@@ -12,6 +12,7 @@ hung, ran out of memory or raised) fails the requests it touched and marks the r
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from dataclasses import dataclass, field, replace
@@ -20,7 +21,8 @@ from typing import Callable, Iterable, Iterator
 from ..attention.aco import AcoShape
 from ..attention.autotune import pick_faster
 from ..config import ReliabilityConfig
-from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
+from ..request import (RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult,
+                       VideoShape)
 from .deadlines import DecodePrediction, Deadlines
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
@@ -35,9 +37,10 @@ ACO_ROUNDS = 5
 class RequestPipeline:
     def __init__(self, executor, layout: WorldLayout, aco: str = "auto",
                  reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None,
-                 predict_decode: DecodePrediction | None = None):
+                 predict_decode: DecodePrediction | None = None, compiled: bool = False):
         """rebuild: tears the rank group down and starts a new one (sets self.executor).
-        predict_decode: the planner's seconds for one decode of a shape on the decode GPUs."""
+        predict_decode: the planner's seconds for one decode of a shape on the decode GPUs.
+        compiled: model.compile (the first forward of each new video shape compiles its graphs)."""
         self.executor = executor
         self.rebuild = rebuild
         self.deadlines = Deadlines(reliability, predict_decode)
@@ -46,6 +49,25 @@ class RequestPipeline:
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
         self.split_units: dict = {}  # VideoShape -> units of a split decode, asked once per shape
+        # model.compile: the video shapes this rank group has compiled graphs for (None: eager).
+        self.compiled_shapes: set[VideoShape] | None = set() if compiled else None
+
+    def warm_up(self, request: VideoRequest) -> None:
+        """model.compile, on a new rank group: one forward of `request` on the denoise ranks now,
+        under rebuild_timeout_s, so that the configured shape's graphs are compiled before any
+        request's step deadlines run (the group's ranks compile at their own pace: their
+        operation deadline is widened meanwhile, as for a request's first forward)."""
+        limit, ex, deadlines = self.deadlines.config.rebuild_timeout_s, self.executor, self.deadlines
+        self.compiled_shapes = set()
+        with deadlines.compiling():
+            ex.call_all("set_op_deadline", deadlines.op_s, timeout=limit)
+            cond = ex.call_rank(self.layout.text_rank, "encode_prompt", request, timeout=limit)
+            ex.call("begin", request, cond, timeout=limit)
+            ex.call("time_forward", False, timeout=limit)
+            ex.call("drop_job", timeout=limit)
+        ex.call_all("set_op_deadline", deadlines.op_s, timeout=limit)
+        deadlines.sent_op_s = deadlines.op_s
+        self.compiled_shapes.add(request.shape)
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
@@ -154,12 +176,15 @@ class _Run:
         total = self.ex.call("begin", request, cond, timeout=self.deadlines.call_s)[0]
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))
         aco_steps = 0
-        for _ in range(total):
+        for index in range(total):
             self._check_cancelled(request)  # between steps: a cancelled request stops within one
-            use_aco = self._aco_now(request)
-            step_start = time.perf_counter()
-            done = self._step(request, use_aco)
-            self._observe_step(time.perf_counter() - step_start)
+            compiles = index == 0 and self.s.compiled_shapes is not None and request.shape not in self.s.compiled_shapes
+            with self._first_compile(request.shape) if compiles else contextlib.nullcontext():
+                use_aco = self._aco_now(request)  # may time forwards (Aco's measurement): inside too
+                step_start = time.perf_counter()
+                done = self._step(request, use_aco)
+            if not compiles:  # a compiling forward's time is no step time
+                self._observe_step(time.perf_counter() - step_start)
             aco_steps += use_aco
             self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, done, total))
             yield from self._collect(block=False)
@@ -287,6 +312,21 @@ class _Run:
             return None
         self.emit(RequestEvent(request.request_id, RequestStatus.CANCELLED if cancelled else RequestStatus.FAILED))
         return RequestFailure(request.request_id, phase, error)
+
+    @contextlib.contextmanager
+    def _first_compile(self, shape: VideoShape) -> Iterator[None]:
+        """model.compile: the first forward of a video shape this group has not run compiles its
+        graphs, each rank at its own pace while its peers (and Aco helpers, waiting for headers)
+        sit in collectives: for it every rank's operation deadline and the driver's call bound
+        grow by first_compile_s. Back to the step deadline once it has run (a failure leaves the
+        group to be rebuilt: nothing more is sent to it)."""
+        deadlines = self.deadlines
+        with deadlines.compiling():
+            self.ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
+            yield
+        self.ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
+        deadlines.sent_op_s = deadlines.op_s
+        self.s.compiled_shapes.add(shape)
 
     def _observe_step(self, seconds: float) -> None:
         """Raises the ranks' operation deadline when steps turn out slower than it allows for."""

@@ -113,6 +113,10 @@ class DenoiseWorker(RankWorker):
             self._set_aco(False)
         return self.job.steps_done
 
+    def drop_job(self) -> None:
+        """Forgets the current job (model.compile's warm-up: it ran one forward, nothing more)."""
+        self.job = None
+
     def _set_aco(self, active: bool) -> None:
         if active and not (self.sp is not None and self.sp.aco_capable):
             raise RuntimeError("this world has no Aco helpers (no decode ranks, or ring > 1)")
