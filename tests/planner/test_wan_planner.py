@@ -3,6 +3,8 @@ against the released sizes and against diffusers' / transformers' modules built 
 configs; plans for wan-14b and wan-a14b; the idle expert's memory; the causal VAE's decode bound
 against diffusers' own decode counted on fake tensors."""
 
+from dataclasses import replace
+
 import pytest
 import torch
 
@@ -137,3 +139,69 @@ def test_a_wan_checkpoints_configs_give_the_released_spec(tmp_path):
     fields = ("heads", "head_dim", "layers", "mlp_ratio", "experts", "dit_params", "latent_channels", "vae_params",
               "text_params", "cfg_batch", "text_tokens")
     assert [getattr(spec, f) for f in fields] == [getattr(released, f) for f in fields]
+
+
+def _a14b_offload(decode: int, ulysses: int, idle: str = "offload"):
+    from pipedit.planner.search import Candidate
+
+    return Candidate(decode, ulysses, (8 - decode) // ulysses, None, False, False, idle_expert=idle)
+
+
+def test_a_swap_is_one_host_to_device_copy():
+    """Offload re-points the idle expert at its mapped files (nothing copied out); bringing the
+    other back is one copy, at the slower of the node's host rate and the pageable-copy rate."""
+    from pipedit.planner.search import SWAP_COPY_RATE, SWAPS_PER_REQUEST, swap_seconds
+
+    model = full_size("wan-a14b")
+    expert = model.dit_params * model.dit_bytes_per_param
+    eight = Problem(model, node("h100", 8, "nvlink"), SHAPE_720P, 40, 2)
+    # 8 ranks share the node's 48 GB/s: 6 GB/s each, below the pageable rate.
+    assert swap_seconds(eight, _a14b_offload(0, 1)) == pytest.approx(SWAPS_PER_REQUEST * expert / 6e9)
+    one = Problem(model, node("h100", 1, "nvlink"), SHAPE_720P, 40, 2)
+    alone = replace(_a14b_offload(0, 1), ring=1)  # one denoise rank: the pageable rate binds
+    assert swap_seconds(one, alone) == pytest.approx(SWAPS_PER_REQUEST * expert / SWAP_COPY_RATE)
+    assert swap_seconds(one, alone) == pytest.approx(2 * 4.45 * expert / (26.6 * 1024 ** 3))
+    assert swap_seconds(eight, _a14b_offload(0, 1, "resident")) == 0.0
+
+
+def test_host_memory_holds_the_idle_expert_once_per_node():
+    from pipedit.planner.memory import RANK_HOST_BYTES
+    from pipedit.planner.search import host_bytes
+
+    model = full_size("wan-a14b")
+    expert = model.dit_params * model.dit_bytes_per_param
+    problem = Problem(model, node("h100", 8, "nvlink"), SHAPE_720P, 40, 2)
+    for decode, ulysses in ((0, 1), (1, 7), (2, 2)):
+        offload = host_bytes(problem, _a14b_offload(decode, ulysses))
+        resident = host_bytes(problem, _a14b_offload(decode, ulysses, "resident"))
+        assert resident == pytest.approx(8 * RANK_HOST_BYTES)  # every rank, decode ranks too
+        assert offload - resident == pytest.approx(expert)  # one mapped copy, whatever the rank count
+
+
+def test_plan_prints_the_host_column_for_an_offloaded_expert(capsys):
+    assert main(["plan", "--model", "wan-a14b", "--idle-expert", "offload", "--gpus", "8", "--height", "720",
+                 "--width", "1280", "--frames", "81", "--steps", "40", "--top", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line for line in lines if line.startswith("rank decode"))
+    columns = header.split()
+    assert columns[columns.index("peak") + 2:columns.index("peak") + 4] == ["host", "GiB"]
+    rows = [line.split() for line in lines if line.strip()[:1].isdigit()]
+    host = [float(row[9]) for row in rows]
+    model = full_size("wan-a14b")
+    assert host and all(h == pytest.approx((model.dit_params * 2 + 8 * 0.5 * 1024 ** 3) / 1024 ** 3, abs=0.05)
+                        for h in host)
+    assert any(line.startswith("host GiB: the node's host memory while serving") and "once per node" in line
+               for line in lines)
+
+
+def test_cpu_ranks_count_their_whole_memory_as_host_memory():
+    """On CPU ranks the device is the host, and the experts never move (experts.py): one rank's
+    host memory is its resident peak, offload or not."""
+    from pipedit.planner.hardware import GpuProfile, make_node
+    from pipedit.planner.search import host_bytes, peak_bytes
+
+    cpu = GpuProfile("two cores", 1e11, 1e10, 24 * 1024 ** 3, 1.0, 1.0, 1.0, host_cores=2)
+    problem = Problem(full_size("wan-a14b"), make_node(cpu, 1, "pcie"), Shape(480, 832, 17), 2, 1)
+    alone = replace(_a14b_offload(0, 1, "resident"), ring=1)
+    assert host_bytes(problem, alone) == peak_bytes(problem, alone)
+    assert host_bytes(problem, replace(alone, idle_expert="offload")) == peak_bytes(problem, alone)

@@ -35,6 +35,9 @@ def add_parser(sub) -> None:
     p.add_argument("--write", help="write the best configuration as a YAML engine config to this file")
     p.add_argument("--validate-paper", action="store_true",
                    help="the paper's 16 headline cells: paper vs predicted base, PipeDiT and speedup")
+    p.add_argument("--validate-published", action="store_true",
+                   help="published multi-GPU runs (xDiT's HunyuanVideo table, LightX2V's Wan table): published vs "
+                        "predicted per cell, with its source")
     p.add_argument("--compare", metavar="LATENCY_JSON",
                    help="predicted vs measured batch time for every cell of a `pipedit bench latency` report")
     p.set_defaults(run=_run_plan)
@@ -130,6 +133,11 @@ def _run_plan(args) -> int:
         from ..planner.paper import format_rows, validate
 
         print(format_rows(validate()))
+        return 0
+    if args.validate_published:
+        from ..planner import published
+
+        print(published.format_rows(published.validate(), published.validate(sp_overhead=0.0)))
         return 0
     _check(args)
     model = _model(args)

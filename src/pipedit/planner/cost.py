@@ -84,11 +84,13 @@ def step_seconds(model: ModelSpec, shape: Shape, node: Node, layout: Layout) -> 
     w = step_work(model, shape)
     g = node.gpu
     d = layout.ranks
-    linear = w.linear_flops / d / (g.peak_flops * g.eff_matmul)
-    elementwise = w.elementwise_bytes / d / (g.mem_bandwidth * g.eff_memory)
+    # Divided work runs below its ideal share on each of d ranks (hardware.SP_OVERHEAD).
+    spread = 1 + g.sp_overhead * (d - 1)
+    linear = spread * w.linear_flops / d / (g.peak_flops * g.eff_matmul)
+    elementwise = spread * w.elementwise_bytes / d / (g.mem_bandwidth * g.eff_memory)
     # Uneven heads: the rank with ceil(heads/u) heads sets the pace (padding in effect).
     head_share = _local_heads(model.heads, layout.ulysses) / model.heads
-    attention = w.attention_flops * head_share / layout.ring / (g.peak_flops * g.eff_attention)
+    attention = spread * w.attention_flops * head_share / layout.ring / (g.peak_flops * g.eff_attention)
     launches = w.attn_layers * w.kernels_per_layer * g.launch_s
     comm = 0.0
     if layout.helpers:

@@ -6,6 +6,12 @@ the decoder's largest activation (256 channels at a quarter of the output's area
 Wan's causal VAE: pipedit.planner.wan_vae (feature cache, one call's tensors, the decoded frames).
 Two-expert models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with
 "offload" the idle one waits in host memory and only one is on the GPU at a time.
+
+Host memory (per node, every rank together: pipedit.planner.search.host_bytes): each rank
+process's own anonymous memory, plus with an offloaded idle expert that expert's checkpoint
+files, memory-mapped by every rank and so held once per node in the page cache
+(pipedit.mapped_weights). Loading is the exception: each denoise rank first reads the idle expert
+into its own memory (as many bytes again per denoise rank), until the mapping replaces it.
 """
 
 from __future__ import annotations
@@ -19,6 +25,10 @@ from .models import ModelSpec
 
 ALLOCATOR_OVERHEAD = 1.1  # caching allocator fragmentation and CUDA context on top
 CONTEXT_BYTES = 0.6e9  # CUDA context, cuBLAS/NCCL workspaces
+# A GPU rank process's anonymous host memory (Python, torch, the CUDA context's host side): 0.5 GiB
+# throughout a full-size Wan expert swap on one H100 (docs/gpu-nodes.md). Its shared libraries are
+# file pages, shared by the node's ranks, and not counted.
+RANK_HOST_BYTES = 0.5 * 1024 ** 3
 
 
 def dit_activation_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int) -> float:
@@ -72,6 +82,14 @@ def dit_weight_bytes(model: ModelSpec, idle_expert: str = "resident") -> float:
         raise ValueError(f"idle_expert must be one of {', '.join(IDLE_EXPERT)}, got {idle_expert!r}")
     on_gpu = model.experts if idle_expert == "resident" else 1
     return on_gpu * model.dit_params * model.dit_bytes_per_param
+
+
+def idle_expert_host_bytes(model: ModelSpec, idle_expert: str) -> float:
+    """The node's one page-cache copy of an offloaded idle expert's checkpoint files (files stored
+    in the dtype the model serves in; a float32 checkpoint maps twice this); 0 when resident."""
+    if model.experts < 2 or idle_expert == "resident":
+        return 0.0
+    return model.dit_params * model.dit_bytes_per_param
 
 
 def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, with_text: bool,

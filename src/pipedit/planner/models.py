@@ -134,6 +134,11 @@ def wan_released(name: str) -> ModelSpec:
                     wan_release.EXPERTS.get(name, 1))
 
 
+def wan_i2v_14b() -> ModelSpec:
+    """Wan2.1 I2V 14B as released (not a `--model` choice: the validation's published cells)."""
+    return wan_spec("Wan2.1 I2V 14B", wan_release.I2V_14B, wan_release.VAE_21, 1, wan_release.CLIP_VIT_H)
+
+
 # Each family's full-size models (pipedit.families' planner.full_size).
 HUNYUAN_VIDEO_SIZES = {"hunyuan-video": hunyuan_video}
 OPENSORA_PLAN_SIZES = {"opensora-plan": opensora_plan}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .memory import RANK_HOST_BYTES, idle_expert_host_bytes
 from .search import Prediction, Problem
 
 GIB = 1024 ** 3
@@ -14,7 +15,7 @@ def _row(index: str, x: Prediction, problem: Problem) -> str:
     experts = f" {c.idle_expert:>9}" if problem.model.experts > 1 else ""
     return (f"{index:>4} {c.decode_ranks:>6} {f'{c.ulysses}x{c.ring}':>5} {chunk:>6} {'on' if c.aco else 'off':>4} "
             f"{'on' if c.tiled else 'off':>6} {x.latency_s:>10.2f} {x.batch_s:>10.2f} {x.peak_bytes / GIB:>9.1f} "
-            f"{x.batch_s / limit:>8.1f}x{experts}")
+            f"{x.host_bytes / GIB:>9.1f} {x.batch_s / limit:>8.1f}x{experts}")
 
 
 def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Prediction], top: int) -> str:
@@ -27,7 +28,7 @@ def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Predic
             f"physical limit: {limit:.2f} s per request = DiT FLOPs at {n.gpus} x {peak} dense peak "
             f"({limit * problem.prompts:.2f} s for the batch)\n")
     columns = (f"{'rank':>4} {'decode':>6} {'uxr':>5} {'pipesp':>6} {'aco':>4} {'tiling':>6} "
-               f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'vs limit':>9}"
+               f"{'latency s':>10} {'batch s':>10} {'peak GiB':>9} {'host GiB':>9} {'vs limit':>9}"
                + (f" {'idle exp.':>9}" if m.experts > 1 else ""))
     lines = [head, columns, "-" * len(columns)]
     lines += [_row(str(i + 1), x, problem) for i, x in enumerate(fitting[:top])]
@@ -41,10 +42,25 @@ def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Predic
         lines += [_row("-", x, problem) for x in too_big[:3]]
     lines.append("latency: one request alone, end to end; batch: all prompts submitted at once; "
                  "vs limit: batch time / physical limit")
+    lines.append(_host_note(problem))
     if m.experts > 1:
         lines.append(f"idle exp.: model.idle_expert; resident holds all {m.experts} experts on every denoise GPU, "
-                     f"offload one (the idle one waits in host memory; two swaps per request)")
+                     f"offload one (the idle one waits in host memory; two swaps per request, each one "
+                     f"host-to-device copy)")
     return "\n".join(lines)
+
+
+def _host_note(problem: Problem) -> str:
+    if problem.node.gpu.host_cores:
+        return "host GiB: the node's host memory, every rank together (CPU ranks: each rank's peak above)"
+    note = (f"host GiB: the node's host memory while serving, every rank together: "
+            f"{RANK_HOST_BYTES / GIB:.1f} GiB of each rank's own")
+    expert = idle_expert_host_bytes(problem.model, "offload")
+    if expert:
+        note += (f"; with the idle expert offloaded, its checkpoint files ({expert / GIB:.1f} GiB) memory-mapped "
+                 f"once per node (page cache, shared by every rank); while loading, each denoise rank also "
+                 f"holds its own {expert / GIB:.1f} GiB copy until the mapping replaces it")
+    return note
 
 
 def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | None, device: str) -> str:

@@ -3,8 +3,9 @@ schedule simulation, ranked by batch time (per-request latency breaks ties).
 
 Two-expert models (Wan2.2 A14B) are planned with both experts resident and with the idle one in
 host memory (`model.idle_expert: offload`): then each request swaps experts twice on every
-denoise rank (at the boundary, and back before the next request's first step), each swap moving
-one expert out and the other in (SWAPS_PER_REQUEST; pipedit.planner.hardware's host copy rate)."""
+denoise rank (at the boundary, and back before the next request's first step). A swap copies the
+wanted expert in from its memory-mapped checkpoint files; the idle one is only re-pointed at its
+mapping, nothing is copied out (integrations/wan/experts.py): one host-to-device copy per swap."""
 
 from __future__ import annotations
 
@@ -13,12 +14,18 @@ from dataclasses import dataclass
 from .cost import (Layout, Shape, decode_seconds, handoff_seconds, physical_limit_seconds, step_seconds,
                    text_seconds)
 from .hardware import Node
-from .memory import IDLE_EXPERT, decode_rank_bytes, denoise_rank_bytes
+from .memory import (IDLE_EXPERT, RANK_HOST_BYTES, decode_rank_bytes, denoise_rank_bytes,
+                     idle_expert_host_bytes)
 from .models import ModelSpec
 from .simulate import Timings, simulate
 from .split_decode import split_seconds, units
 
 SWAPS_PER_REQUEST = 2
+# A swap's copy is pageable (mapped file pages, not pinned memory): at most this rate per GPU,
+# whatever the link. A full-size A14B expert (26.6 GiB bf16) took 3.8 to 5.1 s to bring back on
+# one H100 (docs/gpu-nodes.md): about 6.4 GB/s at the middle of that range. Measured on one node,
+# assumed for every GPU kind; with many ranks the node's host copy rate binds first.
+SWAP_COPY_RATE = 26.6 * 1024 ** 3 / 4.45
 
 
 @dataclass(frozen=True)
@@ -48,6 +55,7 @@ class Prediction:
     peak_bytes: float  # the fullest GPU
     fits: bool
     timings: Timings
+    host_bytes: float = 0.0  # the node's ranks together, serving (host_bytes)
 
 
 @dataclass(frozen=True)
@@ -72,7 +80,8 @@ def swap_seconds(p: Problem, c: Candidate) -> float:
     if p.model.experts < 2 or c.idle_expert == "resident":
         return 0.0
     expert = p.model.dit_params * p.model.dit_bytes_per_param
-    return SWAPS_PER_REQUEST * 2 * p.node.offload_s(expert, c.ulysses * c.ring)
+    one_copy = max(p.node.offload_s(expert, c.ulysses * c.ring), expert / SWAP_COPY_RATE)
+    return SWAPS_PER_REQUEST * one_copy
 
 
 def timings(p: Problem, c: Candidate) -> Timings:
@@ -98,24 +107,43 @@ def timings(p: Problem, c: Candidate) -> Timings:
                    swap_s=swap_seconds(p, c))
 
 
-def peak_bytes(p: Problem, c: Candidate) -> float:
+def _rank_bytes(p: Problem, c: Candidate, idle_expert: str) -> tuple[float, float]:
+    """(a denoise rank's peak, a decode rank's peak; 0 without decode ranks)."""
     m, s = p.model, p.shape
     on_vae = text_on_vae(m, c.decode_ranks)
+    denoise = denoise_rank_bytes(m, s, c.ulysses, c.ring, with_text=not on_vae,
+                                 with_vae=c.decode_ranks == 0, tiled=c.tiled, idle_expert=idle_expert)
+    split = c.decode_ranks if c.split_decode else 1
+    decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco, split) if c.decode_ranks else 0.0
+    return denoise, decode
+
+
+def peak_bytes(p: Problem, c: Candidate) -> float:
+    m, s = p.model, p.shape
     if c.offload:  # one module at a time on every GPU
         return max(denoise_rank_bytes(m, s, c.ulysses, c.ring, False, False, c.tiled),
                    decode_rank_bytes(m, s, True, c.tiled, False))
-    denoise = denoise_rank_bytes(m, s, c.ulysses, c.ring, with_text=not on_vae,
-                                 with_vae=c.decode_ranks == 0, tiled=c.tiled, idle_expert=c.idle_expert)
-    split = c.decode_ranks if c.split_decode else 1
-    decode = decode_rank_bytes(m, s, on_vae, c.tiled, c.aco, split) if c.decode_ranks else 0.0
-    return max(denoise, decode)
+    return max(_rank_bytes(p, c, c.idle_expert))
+
+
+def host_bytes(p: Problem, c: Candidate) -> float:
+    """Host memory of every rank of the node together while serving (pipedit.planner.memory)."""
+    m = p.model
+    denoise = c.ulysses * c.ring
+    if p.node.gpu.host_cores:  # CPU ranks: a rank's whole memory is host memory; experts never move there
+        rank, decode = _rank_bytes(p, c, "resident")
+        return denoise * rank + c.decode_ranks * decode
+    total = (denoise + c.decode_ranks) * RANK_HOST_BYTES + idle_expert_host_bytes(m, c.idle_expert)
+    if c.offload:  # the paper's baseline: every GPU's rank keeps its own host copy of each module
+        total += denoise * (2 * (m.text_params + m.vae_params) + m.dit_params * m.dit_bytes_per_param)
+    return total
 
 
 def predict(p: Problem, c: Candidate) -> Prediction:
     t = timings(p, c)
     peak = peak_bytes(p, c)
     return Prediction(c, simulate(t, 1).batch_s, simulate(t, p.prompts).batch_s, peak,
-                      peak <= p.node.gpu.memory, t)
+                      peak <= p.node.gpu.memory, t, host_bytes(p, c))
 
 
 def _local_heads(heads: int, ulysses: int) -> int:

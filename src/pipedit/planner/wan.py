@@ -11,7 +11,8 @@ for high noise and `transformer_2` for low noise, switched at boundary_ratio):
                                  expand_timesteps, the Wan2.2 VAE (16x spatial, patch 2)
 Every one cross-attends to 512 UMT5-XXL tokens (text_dim 4096) and runs real classifier-free
 guidance (two branches per step). Wan2.1 I2V adds a CLIP ViT-H/14 image encoder (257 tokens,
-image_dim 1280) and 36 input channels; its spec is read from a checkpoint (`--model-path`).
+image_dim 1280) and 36 input channels; its spec is read from a checkpoint (`--model-path`), and
+I2V_14B (Wan2.1-I2V-14B-480P/720P's transformer) plans the published I2V cells the validation reads.
 Parameter counts follow diffusers 0.42.1's WanTransformer3DModel / AutoencoderKLWan and
 transformers' UMT5EncoderModel / CLIPVisionModel layer by layer (tests compare them with the
 modules built on the meta device).
@@ -36,6 +37,8 @@ TRANSFORMERS = {
     "wan-ti2v-5b": {**_TRANSFORMER, "num_attention_heads": 24, "num_layers": 30, "ffn_dim": 14336,
                     "in_channels": 48, "out_channels": 48},
 }
+# Wan2.1 I2V 14B: the T2V 14B transformer with image cross-attention (CLIP ViT-H features).
+I2V_14B = {**TRANSFORMERS["wan-14b"], "in_channels": 36, "image_dim": 1280, "added_kv_proj_dim": 5120}
 # AutoencoderKLWan: Wan2.1's VAE (diffusers' defaults) and Wan2.2's (48 channels, residual blocks,
 # a 256-wide decoder, 2x2 pixel patches: 16x spatial compression).
 VAE_21 = {"_class_name": "AutoencoderKLWan", "base_dim": 96, "decoder_base_dim": None, "z_dim": 16,
