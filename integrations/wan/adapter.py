@@ -33,7 +33,7 @@ from pipedit.model_hooks import AdapterHooks
 from pipedit.sampling import SamplingParams
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
-from .experts import IDLE_EXPERT_MODES, Experts
+from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
 from .image_condition import clip_image_embeds, condition_channels, first_frame_latents
 from .sampler import make_scheduler
 from .text_encoding import DEFAULT_NEGATIVE_PROMPT, encode_text
@@ -90,14 +90,22 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         index = read_model_index(path)
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         layout = WanLayout.read(path, index, configs["transformer"])
-        # The idle expert goes straight to the host: both never occupy the device, even while loading.
-        homes = {"transformer_2": "cpu"} if idle_expert == "offload" and layout.two_experts else {}
-        components = {name: load_component(path, index, name, dtype=dtype, device=homes.get(name, device))
-                      for name in layout.components_for(parts)}
+        # Offload (on a GPU): the idle expert never occupies the device, even while loading.
+        offload = idle_expert == "offload" and layout.two_experts and torch.device(device).type != "cpu"
+        components = {name: load_component(path, index, name, dtype=dtype, device=device)
+                      for name in layout.components_for(parts) if not (offload and name == "transformer_2")}
         expert_homes = None
-        if homes and "transformer" in components and torch.device(device).type != "cpu":
+        if offload and "transformer" in components:
             # Offload's host copies: the checkpoint files, mapped (one page-cache copy per node).
-            expert_homes = [mapped(Path(path) / name, components[name]) for name in ("transformer", "transformer_2")]
+            # The idle expert is built straight onto its mapping; where it cannot be, it is loaded
+            # to the host (a copy per rank) and mapped afterwards if its files allow.
+            folder = Path(path) / "transformer_2"
+            idle = mapped_idle_expert(folder, components["transformer"])
+            if idle is None:
+                module = load_component(path, index, "transformer_2", dtype=dtype, device="cpu")
+                idle = module, mapped(folder, module)
+            components["transformer_2"] = idle[0]
+            expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
 
     def _boundary_timestep(self) -> float | None:

@@ -16,9 +16,13 @@ moves with `module.to` (a host copy per rank, made at every swap)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from pipedit.components import read_component_config
 from pipedit.config import IDLE_EXPERT_MODES
+from pipedit.mapped_weights import mapped
 
 
 class Experts:
@@ -90,6 +94,36 @@ class Experts:
         if guidance_scale <= 1 or self.index_for(timestep) == 0 or guidance_scale_2 is None:
             return guidance_scale
         return guidance_scale_2
+
+
+def mapped_idle_expert(folder: Path, sibling: torch.nn.Module) -> tuple[torch.nn.Module, dict] | None:
+    """Offload's idle expert built without reading its weights into memory: the module from its
+    config with parameters on the meta device (accelerate's init_empty_weights; buffers that the
+    files do not hold, the rotary tables, are computed on the host), each tensor given the dtype
+    diffusers gave the same tensor of `sibling` (the other expert, loaded with the same class and
+    dtype: A14B's experts share one architecture), and the mapped views of its files that
+    Experts then points it at. Loading it to the host first would hold a whole copy per rank until
+    the mapping replaced it (8 denoise ranks x 26.6 GiB at once). None where the two experts
+    differ or the files cannot stand in: the caller loads it as usual."""
+    from accelerate import init_empty_weights
+
+    config = {k: v for k, v in read_component_config(folder.parent, folder.name).items() if not k.startswith("_")}
+    if config != {k: v for k, v in sibling.config.items() if not k.startswith("_")}:
+        return None
+    with init_empty_weights(include_buffers=False):
+        module = type(sibling).from_config(config)
+    dtypes = {name: tensor.dtype for name, tensor in _tensors(sibling)}
+    if dtypes.keys() != {name for name, _ in _tensors(module)}:
+        return None
+    for name, tensor in _tensors(module):
+        if tensor.is_meta:
+            _rebind(tensor, torch.empty(tensor.shape, dtype=dtypes[name], device="meta"))
+        elif tensor.dtype != dtypes[name]:
+            _rebind(tensor, tensor.to(dtypes[name]))
+    home = mapped(folder, module)
+    if home is None or any(tensor.is_meta and name not in home for name, tensor in _tensors(module)):
+        return None
+    return module.requires_grad_(False).eval(), home
 
 
 def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:

@@ -58,8 +58,7 @@ def _host_note(problem: Problem) -> str:
     expert = idle_expert_host_bytes(problem.model, "offload")
     if expert:
         note += (f"; with the idle expert offloaded, its checkpoint files ({expert / GIB:.1f} GiB) memory-mapped "
-                 f"once per node (page cache, shared by every rank); while loading, each denoise rank also "
-                 f"holds its own {expert / GIB:.1f} GiB copy until the mapping replaces it")
+                 f"once per node (page cache, shared by every rank; loading builds the expert onto the mapping)")
     return note
 
 
