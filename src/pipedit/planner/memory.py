@@ -10,8 +10,8 @@ Two-expert models (Wan2.2 A14B) hold both transformers with `idle_expert` "resid
 Host memory (per node, every rank together: pipedit.planner.search.host_bytes): each rank
 process's own anonymous memory, plus with an offloaded idle expert that expert's checkpoint
 files, memory-mapped by every rank and so held once per node in the page cache
-(pipedit.mapped_weights). Loading is the exception: each denoise rank first reads the idle expert
-into its own memory (as many bytes again per denoise rank), until the mapping replaces it.
+(pipedit.mapped_weights); loading builds the idle expert straight onto that mapping
+(integrations/wan/experts.py, mapped_idle_expert), with no copy of its own per rank.
 """
 
 from __future__ import annotations
