@@ -93,7 +93,11 @@ class Dispatcher:
         self._record_unrecorded()  # a last try; what still fails runs again once its lease lapses
         with self.lock:
             self.ours.clear()
-        self.store.release(self.owner)
+        try:
+            self.store.release(self.owner)
+        except DBAPIError as error:  # locked or full: their leases lapse instead, and they run again
+            _log.error("could not hand this replica's jobs back to the queue (%s); they run again once their "
+                       "leases lapse (%.0f s)", error.orig, self.lease_s)
 
     def holds(self, video_id: str) -> bool:
         return video_id in self.ours
@@ -116,6 +120,7 @@ class Dispatcher:
         beat_every = self.lease_s / 4
         sweep_every = self.sweeper.every_s
         next_beat, next_sweep = 0.0, time.monotonic() + min(sweep_every, 1.0)
+        failing = None  # the error of the last pass, logged once while it repeats
         while not self.closing.is_set():
             try:
                 self._record_unrecorded()
@@ -127,8 +132,11 @@ class Dispatcher:
                     next_sweep = time.monotonic() + sweep_every
                     self.sweeper.sweep()
                 self._take_jobs()
-            except Exception:  # noqa: BLE001 - e.g. the database restarting; try again shortly
-                _log.exception("job dispatch failed; retrying")
+                failing = None
+            except Exception as error:  # noqa: BLE001 - e.g. the database restarting or full; try again shortly
+                if str(error) != failing:
+                    _log.exception("job dispatch failed; retrying (said once while it fails the same way)")
+                failing = str(error)
             self.wake.wait(min(CLAIM_POLL_S, beat_every, sweep_every))
             self.wake.clear()
 

@@ -16,7 +16,7 @@ from pipedit.serve.params import ServiceLimits
 from pipedit.serve.schemas import VideoCreateParams
 from pipedit.serve.store import REQUEST_WAIT_S, JobRecord, JobStore, StoreBusy
 from idle_app import start_idle
-from job_engines import InstantEngine, service_on
+from job_engines import GatedEngine, InstantEngine, service_on
 from serve_helpers import call, wait_for
 
 PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 24, "num_inference_steps": 2,
@@ -142,18 +142,6 @@ def test_this_servers_own_writes_delay_a_create_by_request_wait_s_at_most(tmp_pa
     finally:
         store._write.release()
     store.add(JobRecord(id="video_1", status="queued", created_at=1.0, params=PARAMS))
-
-
-class GatedEngine(InstantEngine):
-    """InstantEngine whose outcomes are handed out only once `go` is set."""
-
-    def __init__(self):
-        super().__init__()
-        self.go = threading.Event()
-
-    def wait(self, request_id, timeout=None):
-        self.go.wait(timeout)
-        return super().wait(request_id, timeout)
 
 
 def test_a_locked_store_never_blocks_the_engine_and_keeps_final_states(tmp_path):
