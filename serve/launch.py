@@ -61,20 +61,16 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
 
 
 def _connect_ray(config: EngineConfig, address: str | None) -> bool:
-    """Connects to the given cluster, or starts a local instance with a logical CPU for every
-    bundle of every replica (ranks share cores, as `generate`'s local instance does) and the GPUs
-    Ray detects. "local" even when another local instance runs (a test suite's, say): attaching to
-    it would serve from someone else's cluster. Returns whether this process owns the instance."""
-    import ray
+    """Connects to the given cluster (else RAY_ADDRESS's), or starts an instance of its own (on
+    loopback) with a logical CPU for every bundle of every replica (ranks share cores, as
+    `generate`'s instance does) and the GPUs Ray detects; never another local instance (a test
+    suite's, a killed one's): see pipedit.runtime.ray_instance. Returns whether this process owns
+    the instance."""
+    from pipedit.runtime.ray_instance import connect_ray
 
-    options = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, **options)
-        return False
     cpus, _ = replica_demand(replica_bundles(config))
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas), **options)
-    return True
+    return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
+                       log_to_driver=False)
 
 
 def _running_serve_port() -> int | None:
