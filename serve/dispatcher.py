@@ -72,6 +72,7 @@ class Dispatcher:
         self.progress = ProgressWriter(store, owner)
         self.wake = threading.Event()  # set: look for work now
         self.closing = threading.Event()
+        self.draining = threading.Event()  # set: claim no new job (the replica is stopping)
         self.threads = [threading.Thread(target=self._collect, name="pipedit-jobs", daemon=True),
                         threading.Thread(target=self._dispatch, name="pipedit-claims", daemon=True)]
         self._remove_listener = None
@@ -82,8 +83,17 @@ class Dispatcher:
         for thread in self.threads:
             thread.start()
 
-    def close(self) -> None:
-        """Stops claiming, listening and collecting, and hands the jobs it holds back to the queue."""
+    def close(self, grace_s: float = 0.0) -> None:
+        """Stops claiming; lets the jobs it runs finish (and their results be recorded) for up to
+        `grace_s` seconds; then stops listening and collecting, and hands the jobs it still holds
+        back to the queue."""
+        self.draining.set()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.ours:
+                    break
+            time.sleep(0.1)
         self._remove_listener()
         self.closing.set()
         self.wake.set()
@@ -153,7 +163,7 @@ class Dispatcher:
             self.engine.cancel(video_id)
 
     def _take_jobs(self) -> None:
-        while not self.closing.is_set() and self.engine.accepting:
+        while not self.closing.is_set() and not self.draining.is_set() and self.engine.accepting:
             with self.lock:
                 if len(self.ours) >= MAX_HELD or getattr(self.engine, "queue_length", 0) > 0:
                     return

@@ -155,8 +155,8 @@ class JobService:
         return create_options(self.model_name, model, self.defaults, self.limits)
 
     def healthy(self) -> bool:
-        """Whether the engine can take work."""
-        return not self.dispatcher.closing.is_set() and self.engine.accepting
+        """Whether the engine can take work (not while the service stops)."""
+        return not self.dispatcher.draining.is_set() and self.engine.accepting
 
     def health(self) -> tuple[str, str | None]:
         """("ok" | "degraded" | "down", reason): degraded while the engine rebuilds its rank group
@@ -187,15 +187,16 @@ class JobService:
                     f"{MIN_FREE_BYTES:,} a video may need; free space on it")
         return None
 
-    def close(self) -> None:
-        """Stops claiming, listening and collecting, and hands the jobs it holds back to the
-        queue (another replica, or this one after a restart, runs them). The engine is the
-        caller's to close afterwards."""
-        self.dispatcher.close()
+    def close(self, grace_s: float = 0.0) -> None:
+        """Stops claiming; lets running jobs finish for up to `grace_s` seconds (serve.stop_grace_s
+        when a replica stops); then stops listening and collecting, and hands the jobs it still
+        holds back to the queue (another replica, or this one after a restart, runs them). The
+        engine is the caller's to close afterwards."""
+        self.dispatcher.close(grace_s)
 
-    def shutdown(self) -> None:
-        """close(), then the engine and the store (for owners of all three, e.g. open_service)."""
-        self.close()
+    def shutdown(self, grace_s: float = 0.0) -> None:
+        """close(grace_s), then the engine and the store (for owners of all three, e.g. open_service)."""
+        self.close(grace_s)
         self.engine.close()
         self.store.close()
 

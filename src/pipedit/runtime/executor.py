@@ -8,6 +8,7 @@ and `call_rank(rank, method, *args)`; a Ray executor also submits calls without 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -55,6 +56,7 @@ class RayExecutor:
         self._ray = ray
         self.layout = layout
         self._started_ray = ensure_ray(layout.world_size)
+        self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
         env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env(), **_thread_env(layout.world_size)}
@@ -83,6 +85,7 @@ class RayExecutor:
         limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
         rendezvous = self.get(self.actors[0].rendezvous_address.remote(), limit)
+        self._rendezvous = rendezvous
         self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors], limit)
 
     def get(self, refs, timeout: float | None = None):
@@ -167,6 +170,8 @@ class RayExecutor:
             self._ray.kill(actor, no_restart=True)
         if self._first_bundle == 0:  # a group of our own (not the Serve replica's)
             remove_placement_group(self._group)
+        if self._rendezvous.startswith("file://"):  # rank 0's file store, on this machine
+            shutil.rmtree(os.path.dirname(self._rendezvous.removeprefix("file://")), ignore_errors=True)
         stop_ray(self._started_ray)
 
 
