@@ -50,10 +50,10 @@ FINAL = ("completed", "failed", "cancelled")
 BUSY_TIMEOUT_S = 5.0  # SQLite: how long a write waits for another process's lock before "database is locked"
 REQUEST_WAIT_S = 1.0  # how long a write on a request's path (create, delete) waits for the lock
 UNREADABLE = "unreadable_job"  # the error code of a row that cannot be read (see _record)
-# Errors of a store that has no room left: SQLite's SQLITE_FULL ("database or disk is full") and
-# SQLITE_IOERR on a write that found no space; PostgreSQL's disk_full (53100) and out_of_memory.
+# Errors of a store that has no room left: SQLite's SQLITE_FULL ("database or disk is full"), an
+# OS error passed through ("No space left on device"), PostgreSQL's disk_full (53100).
 _FULL_TEXTS = ("database or disk is full", "no space left on device")
-_FULL_SQLSTATES = {"53100", "53200"}
+_FULL_SQLSTATES = {"53100"}
 OWNERSHIP = ("owner", "lease_until", "attempt", "client")  # columns added after the first release
 
 _metadata = MetaData()
