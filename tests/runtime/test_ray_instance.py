@@ -95,3 +95,14 @@ def test_a_stale_cluster_file_is_ignored_and_the_own_instance_listens_on_loopbac
         assert seen["listening"] and set(seen["listening"]) <= loopback, seen
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_pipedit_never_turns_rays_token_authentication_off():
+    """Only tests turn it off, in their own environment (tests/conftest.py)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [*(root / "src").rglob("*.py"), *(root / "serve").rglob("*.py"), *(root / "integrations").rglob("*.py"),
+               root / "Makefile", *(root / "configs").glob("*")]
+    setting = [str(path.relative_to(root)) for path in sources if path.is_file() and "RAY_AUTH_MODE" in path.read_text()]
+    assert setting == []
