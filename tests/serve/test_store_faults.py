@@ -173,3 +173,26 @@ def test_a_locked_store_never_blocks_the_engine_and_keeps_final_states(tmp_path)
     finally:
         holder.close()
         service.close()
+
+
+def test_a_delete_waits_request_wait_s_for_a_lock_another_connection_holds(store_url):
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.exc import DBAPIError
+
+    store = JobStore(store_url, request_wait_s=0.3)
+    store.add(JobRecord(id="video_1", status="queued", created_at=1.0, params=PARAMS))
+    other = create_engine(store_url).connect()
+    try:
+        if store.dialect == "sqlite":
+            other.exec_driver_sql("BEGIN IMMEDIATE")
+        else:  # another replica's transaction holds the row
+            other.begin()
+            other.execute(text("SELECT id FROM jobs WHERE id = 'video_1' FOR UPDATE"))
+        with pytest.raises(DBAPIError) as caught:
+            store.delete("video_1", request=True)
+        assert store_busy(caught.value).code == "server_busy", caught.value
+    finally:
+        other.rollback()
+        other.close()
+    assert store.delete("video_1", request=True) and store.get("video_1") is None
+    store.close()
