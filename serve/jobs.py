@@ -205,12 +205,15 @@ class JobService:
         record = self.store.get(video_id)
         if record is None:
             raise not_found(video_id)
-        return record
+        return self._as_it_is(record)
+
+    def _as_it_is(self, record: JobRecord) -> JobRecord:
+        """The stored row, with the final state the store could not take yet (Dispatcher._final)."""
+        unrecorded = self.dispatcher.unrecorded_state(record.id)
+        return record if unrecorded is None else replace(record, **unrecorded)
 
     def view(self, record: JobRecord) -> Video:
-        unrecorded = self.dispatcher.unrecorded_state(record.id)
-        if unrecorded is not None:  # the store could not take its final state yet: show it as it is
-            record = replace(record, **unrecorded)
+        record = self._as_it_is(record)
         position = self.store.queue_position(record) if record.status == "queued" else None
         return to_video(record, self.model_name, position, retention=self.retention)
 

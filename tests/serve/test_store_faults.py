@@ -163,7 +163,8 @@ def test_a_locked_store_never_blocks_the_engine_and_keeps_final_states(tmp_path)
         assert not [c for c in calls if c[1] == threading.current_thread().name], calls
         engine.go.set()  # the outcome is in: its final state cannot be written yet
         wait_for(lambda: service.dispatcher.unrecorded_state(job.id) is not None, timeout=30)
-        assert service.get(job.id).status == "completed"  # shown as it is meanwhile
+        assert service.get(job.id).status == "completed"  # shown as it is meanwhile, and served
+        assert service.content_path(job.id).stat().st_size > 0
         assert service.store.get(job.id).status in ("queued", "in_progress")  # not recorded yet
         holder.execute("ROLLBACK")  # the lock is released: the final state is recorded
         wait_for(lambda: service.store.get(job.id).status == "completed", timeout=30)
