@@ -39,6 +39,7 @@ class ProgressWriter:
         self._changed = threading.Condition()
         self._closing = False
         self.dropped = 0  # writes that failed (store locked or full); the next event supersedes each
+        self._failing = False  # the last write failed: said once, until one succeeds again
         self._thread = threading.Thread(target=self._run, name="pipedit-progress", daemon=True)
 
     def start(self) -> None:
@@ -83,4 +84,11 @@ class ProgressWriter:
                 self.store.update_owned(video_id, self.owner, pending.attempt, **fields)
         except Exception as error:  # noqa: BLE001 - locked or full store: this progress is dropped
             self.dropped += 1
-            _log.warning("progress of %s not recorded (%s); the next event brings it up to date", video_id, error)
+            if not self._failing:
+                _log.warning("progress not recorded (%s); dropped until the store takes writes again (the next "
+                             "event brings each job up to date)", error)
+            self._failing = True
+            return
+        if self._failing:
+            _log.info("progress is recorded again (%d update(s) dropped so far)", self.dropped)
+            self._failing = False
