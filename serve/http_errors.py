@@ -25,7 +25,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .admission import EVERYONE, Caller, client_of
 from .errors import ApiError, storage_full
-from .store import is_full
+from .store_locks import is_full
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2

@@ -41,7 +41,9 @@ from typing import Any
 
 from sqlalchemy import (JSON, Column, Float, Integer, LargeBinary, MetaData, String, Table, and_, create_engine,
                         delete, event, func, insert, inspect, or_, select, text, update)
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import DBAPIError
+
+from .store_locks import StoreBusy, changes, is_full, limit_lock_wait, sqlite_pragmas
 
 _log = logging.getLogger(__name__)
 
@@ -50,10 +52,6 @@ FINAL = ("completed", "failed", "cancelled")
 BUSY_TIMEOUT_S = 5.0  # SQLite: how long a write waits for another process's lock before "database is locked"
 REQUEST_WAIT_S = 1.0  # how long a write on a request's path (create, delete) waits for the lock
 UNREADABLE = "unreadable_job"  # the error code of a row that cannot be read (see _record)
-# Errors of a store that has no room left: SQLite's SQLITE_FULL ("database or disk is full"), an
-# OS error passed through ("No space left on device"), PostgreSQL's disk_full (53100).
-_FULL_TEXTS = ("database or disk is full", "no space left on device")
-_FULL_SQLSTATES = {"53100"}
 OWNERSHIP = ("owner", "lease_until", "attempt", "client")  # columns added after the first release
 
 _metadata = MetaData()
@@ -82,23 +80,6 @@ job_images = Table(
     Column("id", String(64), primary_key=True),  # the job's id
     Column("data", LargeBinary, nullable=False),
 )
-
-
-class StoreBusy(OperationalError):
-    """A write did not get the store's lock within its wait (this process's other writes held it).
-    The text reads as SQLite's "database is locked", which the API answers 503 server_busy."""
-
-    def __init__(self, waited_s: float):
-        super().__init__(None, None, TimeoutError(
-            f"database is locked: this server's other writes held the job store for more than {waited_s:g} s"))
-
-
-def is_full(error: BaseException) -> bool:
-    """Whether a store error means its disk (or its quota) is full."""
-    orig = getattr(error, "orig", error)
-    sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None) or ""
-    text = str(orig).lower()
-    return sqlstate in _FULL_SQLSTATES or any(phrase in text for phrase in _FULL_TEXTS)
 
 
 class _Unreadable(str):
@@ -156,7 +137,7 @@ class JobStore:
         self._engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {},
                                      pool_pre_ping=not sqlite, json_deserializer=_loads)
         if sqlite:
-            event.listen(self._engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            event.listen(self._engine, "connect", sqlite_pragmas(busy_timeout_s))
         _metadata.create_all(self._engine)
         _add_missing_columns(self._engine)
         self._write = threading.Lock()
@@ -326,10 +307,10 @@ class JobStore:
             raise StoreBusy(wait_s)
         try:
             with self._engine.begin() as conn:
-                _limit_lock_wait(conn, max(0.0, wait_s - (time.monotonic() - started)))
-                changes = _changes(conn)
+                limit_lock_wait(conn, max(0.0, wait_s - (time.monotonic() - started)))
+                before = changes(conn)
                 yield conn
-                wrote = changes is None or _changes(conn) != changes
+                wrote = before is None or changes(conn) != before
             if wrote:  # a write that changed nothing (a claim finding no job) says nothing about room
                 self.full = None
         except DBAPIError as error:
@@ -380,19 +361,6 @@ def _record(row) -> JobRecord:
                      unreadable=why)
 
 
-def _changes(conn) -> int | None:
-    """SQLite: rows this connection has changed so far; None elsewhere (every commit counts as a write)."""
-    return getattr(conn.connection.dbapi_connection, "total_changes", None) if conn.dialect.name == "sqlite" else None
-
-
-def _limit_lock_wait(conn, wait_s: float) -> None:
-    """How long this transaction's statements wait for a lock another connection holds."""
-    if conn.dialect.name == "sqlite":
-        conn.exec_driver_sql(f"PRAGMA busy_timeout={int(wait_s * 1000)}")
-    elif conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SET LOCAL lock_timeout = '{max(1, int(wait_s * 1000))}ms'")
-
-
 def _add_missing_columns(engine) -> None:
     """Stores written before ownership existed get its columns (create_all adds tables only)."""
     present = {c["name"] for c in inspect(engine).get_columns("jobs")}
@@ -408,17 +376,3 @@ def _add_missing_columns(engine) -> None:
             for name in ("owner", "client"):  # the indexes create_all gives new tables (lookups by owner)
                 if name in missing:
                     conn.execute(text(f"CREATE INDEX IF NOT EXISTS ix_jobs_{name} ON jobs ({name})"))
-
-
-def _sqlite_pragmas(busy_timeout_s: float):
-    def on_connect(dbapi_connection, _record_info) -> None:
-        # WAL: readers never block the writer; busy_timeout: a second process waits instead of failing.
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives the process being killed (kill -9), though not a power
-        # loss in the last moments; it saves an fsync per progress update on the engine's thread.
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout_s * 1000))}")
-        cursor.close()
-
-    return on_connect

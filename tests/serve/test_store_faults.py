@@ -14,7 +14,8 @@ from pipedit.request import RequestEvent, RequestStatus
 from pipedit.serve.http_errors import store_busy
 from pipedit.serve.params import ServiceLimits
 from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import REQUEST_WAIT_S, JobRecord, JobStore, StoreBusy
+from pipedit.serve.store import REQUEST_WAIT_S, JobRecord, JobStore
+from pipedit.serve.store_locks import StoreBusy
 from idle_app import start_idle
 from job_engines import GatedEngine, InstantEngine, service_on
 from serve_helpers import call, wait_for
