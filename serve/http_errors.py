@@ -24,7 +24,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from .admission import EVERYONE, Caller, client_of
-from .errors import ApiError
+from .errors import ApiError, storage_full
+from .store_locks import is_full
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2
@@ -104,13 +105,16 @@ def error_response(error: ApiError) -> JSONResponse:
 
 
 def store_busy(error: DBAPIError) -> ApiError | None:
-    """503 server_busy when the store's error is a lock or capacity wait that ran out (SQLite:
-    another writer held the file past busy_timeout); 503 store_unavailable when the connection
+    """507 storage_full when the store's disk is full; 503 server_busy when the store's error is
+    a lock or capacity wait that ran out (SQLite: another writer held the file past its wait,
+    see store.StoreBusy); 503 store_unavailable when the connection
     to it was lost; None for other errors (bugs: 500)."""
     orig = error.orig
     text = str(orig).lower()
     sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None) or ""
     retry = {"Retry-After": str(BUSY_RETRY_AFTER_S)}
+    if is_full(error):
+        return storage_full(f"the job store's disk is full ({orig})")
     if "database is locked" in text or "database table is locked" in text or "database is busy" in text \
             or sqlstate in _BUSY_SQLSTATES:
         return ApiError(503, f"the job store is busy (another writer holds its lock); nothing was changed: "

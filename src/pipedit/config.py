@@ -205,6 +205,9 @@ class ServeConfig:
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
     max_attempts: int = 3  # runs of one job (a rank-group failure or a lost lease), then it fails
     retention: float = 7 * 24 * 3600.0  # seconds a finished job and its video are kept (expires_at); 0: forever
+    # On SIGTERM or Ctrl-C a replica takes no new job and lets its running jobs finish for this
+    # long; what is still running then goes back to the store's queue (the next start runs it).
+    stop_grace_s: float = 5.0
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -228,12 +231,12 @@ class ServeConfig:
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
             raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
-        for name in ("event_stream_max_s", "retention"):
+        for name in ("event_stream_max_s", "retention", "stop_grace_s"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
                     (name == "event_stream_max_s" and value == 0):
-                raise UserInputError(f"serve.{name} must be a number of seconds ({'>= 0' if name == 'retention' else '> 0'}), "
-                                     f"got {value!r}")
+                raise UserInputError(f"serve.{name} must be a number of seconds "
+                                     f"({'> 0' if name == 'event_stream_max_s' else '>= 0'}), got {value!r}")
         if isinstance(self.job_lease_s, bool) or not isinstance(self.job_lease_s, (int, float)) or self.job_lease_s < 1:
             raise UserInputError(f"serve.job_lease_s must be a number of seconds >= 1, got {self.job_lease_s!r}")
         if self.database_url is not None and (not isinstance(self.database_url, str) or "://" not in self.database_url):

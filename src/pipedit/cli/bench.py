@@ -9,7 +9,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
-from .flags import add_cache_flag, add_compile_flag, add_idle_expert_flag, add_pipeline_flags, base_config, pipeline_overrides
+from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_pipeline_flags,
+                    base_config, pipeline_overrides)
 
 
 def add_parser(sub) -> None:
@@ -17,6 +18,9 @@ def add_parser(sub) -> None:
     kinds = p.add_subparsers(dest="bench", required=True)
     for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache):
         add(kinds)
+    for name, kind in kinds.choices.items():
+        if name != "load":  # load talks HTTP to a server
+            add_address_flag(kind)
 
 
 def _at_least_one(args, *names: str) -> None:
