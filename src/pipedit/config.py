@@ -218,6 +218,13 @@ class ServeConfig:
             if isinstance(value, str) or not all(isinstance(k, str) and k for k in value):
                 raise UserInputError(f"serve.{name} must be a list of non-empty strings")
             object.__setattr__(self, name, tuple(value))
+        for name in ("api_keys", "admin_keys"):
+            for index, key in enumerate(getattr(self, name)):
+                if key != key.strip():
+                    # A Bearer header's key never carries them (it is stripped when read): such a key
+                    # could never authenticate. The key itself stays out of the message (logs).
+                    raise UserInputError(f"serve.{name}[{index}] has leading or trailing whitespace, so no request "
+                                         f"could ever present it: remove the spaces (the key itself is not shown)")
         if not set(self.admin_keys) <= set(self.api_keys):
             raise UserInputError("serve.admin_keys must also be listed in serve.api_keys (they authenticate as keys)")
         for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",

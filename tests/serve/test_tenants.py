@@ -112,6 +112,20 @@ def test_admin_keys_must_be_api_keys(tmp_path):
         start_idle(tmp_path, api_keys=(ALICE,), admin_keys=(ADMIN,))
 
 
+def test_a_key_with_spaces_around_it_is_refused_at_start(tmp_path, capsys):
+    # No request could ever present it (a Bearer header's key is read stripped): refused before Ray starts.
+    from pipedit.cli import main
+
+    for given in (["--api-key", " alice-key"], ["--api-key", "bob-key", "--api-key", "alice-key\t"]):
+        assert main(["serve", "--data-dir", str(tmp_path), *given]) == 2
+        message = capsys.readouterr().err
+        assert "serve.api_keys[" in message and "whitespace" in message and "alice-key" not in message
+    config = tmp_path / "keys.yaml"
+    config.write_text("serve: {api_keys: [alice-key, 'admin-key '], admin_keys: ['admin-key ']}")
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "serve.api_keys[1]" in capsys.readouterr().err
+
+
 def test_the_web_page_stays_open_with_keys(keyed):
     assert call("GET", f"{keyed.url}/").status == 200
     assert call("GET", f"{keyed.url}/v1/pipedit/options").json()["api_key_required"] is True
