@@ -9,15 +9,18 @@ from typing import Literal
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from .access import VideoAccess
 from .admission import Caller
 from .errors import ApiError
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
-                          is_loopback)
+                          is_loopback, unreadable_form)
 from . import reference
+from .headers import SecurityHeaders, add_docs
 from .jobs import JobService
+from .params import bad_text
 from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
@@ -42,21 +45,25 @@ _CREATE_BODY = {"requestBody": {"required": True, "content": {
 
 def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *,
               admin_keys: tuple[str, ...] | list[str] = (), host: str | None = "127.0.0.1",
-              allowed_hosts: tuple[str, ...] | list[str] = ()) -> FastAPI:
+              allowed_hosts: tuple[str, ...] | list[str] = (), docs: bool = False) -> FastAPI:
     """The app over `service`. `api_keys`: accepted Bearer keys (none: no authentication; every
     caller sees every job); `admin_keys` (also in api_keys) see every key's jobs. `host`: the
     address the server is bound to (serve.host; default loopback): on loopback only loopback Host
     names and `allowed_hosts` are answered. The body cap is service.limits.max_body_bytes; a
-    multipart create's (it may upload an input_reference image) is max_upload_bytes."""
+    multipart create's (it may upload an input_reference image) is max_upload_bytes. `docs`:
+    serve Swagger UI at /docs (serve.docs; its script comes from a CDN, see headers.py)."""
     if not set(admin_keys) <= set(api_keys):
         raise ValueError("admin_keys must also be api_keys")
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
-                  default_response_class=SafeJSONResponse)
+                  default_response_class=SafeJSONResponse, docs_url=None, redoc_url=None)
+    if docs:
+        add_docs(app)
     install_error_handlers(app)
     limits = service.limits
     app.add_middleware(RequestGuard, max_body_bytes=getattr(limits, "max_body_bytes", 1 << 20),
                        loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts),
                        max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",))
+    app.add_middleware(SecurityHeaders)  # outermost: the guard's refusals carry the headers too
     auth = bearer_check(tuple(api_keys), tuple(admin_keys))
     app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
 
@@ -129,14 +136,32 @@ async def _body(request: Request, max_part_bytes: int) -> tuple[dict, bytes | No
     return body, None if value is None else reference.from_json(value)
 
 
+class _Utf8FormParser(MultiPartParser):
+    """Starlette's multipart parser, except that a text field whose bytes are not UTF-8 (the
+    default charset of form data) is refused naming the field, as the JSON route refuses bad text;
+    starlette would read those bytes as Latin-1 and the job would store mojibake.
+    Hazard: overrides MultiPartParser.on_part_end and reads its _current_part and _charset
+    (starlette 1.10); tests/serve/test_hostile_input.py fails if an upgrade changes them."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None and self._charset == "utf-8":
+            try:
+                bytes(part.data).decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise bad_text(part.field_name, f"is not UTF-8 text (byte 0x{part.data[error.start]:02x} at byte "
+                                                f"{error.start}): send multipart form fields as UTF-8") from None
+        super().on_part_end()
+
+
 async def _form(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None]:
     """`max_part_bytes`: the most one part may hold (a data URL field too); the whole body is
     capped before this by RequestGuard (serve.max_upload_bytes)."""
+    parser = _Utf8FormParser(request.headers, request.stream(), max_part_size=max_part_bytes)
     try:
-        form = await request.form(max_part_size=max_part_bytes)
-    except ValueError:  # e.g. a field that is not UTF-8
-        raise ApiError(400, "the multipart/form-data body cannot be read: send UTF-8 fields",
-                       code="invalid_body") from None
+        form = await parser.parse()
+    except MultiPartException as error:
+        raise unreadable_form(error.message) from None
     try:
         files = {key: value for key, value in form.multi_items() if not isinstance(value, str)}
         fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}

@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -146,13 +147,27 @@ def bearer_check(api_keys: tuple[str, ...], admin_keys: tuple[str, ...] = ()):
         given = credentials.credentials.encode() if credentials is not None else b""
         # compare_digest against every key: the time taken says nothing about which key is near.
         if not any([hmac.compare_digest(given, key) for key in keys]):
-            reason = "missing" if credentials is None else "not valid"
-            raise ApiError(401, f"API key {reason}: send the header 'Authorization: Bearer <key>'",
-                           type="authentication_error", code="invalid_api_key")
+            raise unauthorized(credentials is not None)
         admin = any([hmac.compare_digest(given, key) for key in admins])
         return Caller(client=client_of(credentials.credentials), admin=admin)
 
     return check
+
+
+def unauthorized(key_given: bool) -> ApiError:
+    """401 invalid_api_key, with the challenge RFC 6750 asks of a Bearer-protected route."""
+    reason = "not valid" if key_given else "missing"
+    challenge = 'Bearer realm="pipedit", error="invalid_token"' if key_given else 'Bearer realm="pipedit"'
+    return ApiError(401, f"API key {reason}: send the header 'Authorization: Bearer <key>'",
+                    type="authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": challenge})
+
+
+def unreadable_form(why: str) -> ApiError:
+    """400 invalid_body: a multipart/form-data body that cannot be parsed (no boundary, a part without
+    a name, bytes that are not multipart at all)."""
+    return ApiError(400, f"the multipart/form-data body cannot be read ({why}); send fields as the openai SDK "
+                         f"or curl -F does, e.g. curl -F prompt='a fox' -F input_reference=@first.png",
+                    param="body", code="invalid_body")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -168,17 +183,21 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def _split_host(value: str) -> tuple[str, int | None]:
-    """'Example.com:8000' -> ('example.com', 8000); '[::1]:80' -> ('[::1]', 80); port None if absent."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        name, _, rest = value.partition("]")
-        name += "]"
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        name, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    name = name.rstrip(".")
-    return name, int(port) if port.isdigit() else None
+# RFC 3986's host[:port] as a Host header may carry it: a bracketed IPv6 address, or dot-separated
+# labels (a name or IPv4; '_' too, which some internal names use). Nothing else: no userinfo ('@'),
+# no path, nothing after the brackets.
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+                   r"(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*\.?)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """'Example.com:8000' -> ('example.com', 8000); '[::1]:80' -> ('[::1]', 80); port None if
+    absent; None when `value` is not a host[:port] at all ('[::1].evil.example',
+    'localhost:80@evil.example')."""
+    match = _HOST.fullmatch(value.strip().lower())
+    if match is None:
+        return None
+    return match["name"].rstrip("."), int(match["port"]) if match["port"] else None
 
 
 class RequestGuard:
@@ -199,7 +218,7 @@ class RequestGuard:
         self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
         self.max_upload_bytes = max_body_bytes if max_upload_bytes is None else max_upload_bytes
         self.upload_paths = {path.rstrip("/") for path in upload_paths}
-        self.allowed = {_split_host(h)[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
+        self.allowed = {(_split_host(h) or (h.strip().lower(), None))[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
         self.allowed_exact = {h.strip().lower() for h in allowed_hosts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -228,9 +247,13 @@ class RequestGuard:
 
     def _host_refusal(self, headers: Headers) -> ApiError | None:
         host = headers.get("host")
-        if not self.loopback or host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
+        if host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
             return None
-        if _split_host(host)[0] in self.allowed or host.strip().lower() in self.allowed_exact:
+        parsed = _split_host(host)
+        if parsed is None:  # refused whatever the bind: no server name looks like this
+            return ApiError(400, f"Host {host!r} is not a host name or address with an optional port (such as "
+                                 f"localhost:8000 or [::1]:8000)", param="Host", code="host_not_allowed")
+        if not self.loopback or parsed[0] in self.allowed or host.strip().lower() in self.allowed_exact:
             return None
         return ApiError(400, f"Host '{host}' is not accepted: this server listens on loopback and answers only to "
                              f"localhost, 127.0.0.1 and [::1] (any port) and the names in serve.allowed_hosts; "
@@ -294,7 +317,10 @@ def _same_origin(origin: str, host: str | None) -> bool:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return False  # "null" (sandboxed frames, file: pages) and other schemes are foreign
     default = 443 if parts.scheme == "https" else 80
-    host_name, host_port = _split_host(host)
+    parsed = _split_host(host)
+    if parsed is None:
+        return False
+    host_name, host_port = parsed
     origin_name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return origin_name.rstrip(".") == host_name and (origin_port or default) == (host_port or default)
 

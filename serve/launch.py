@@ -44,7 +44,8 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
         serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
         url = f"http://{_display_host(config.serve.host)}:{port}"
         _wait_healthy(url)
-        print(f"pipedit: serving {url} (OpenAPI at {url}/docs); Ctrl-C stops", flush=True)
+        print(f"pipedit: serving {url} (OpenAPI at {url}/{'docs' if config.serve.docs else 'openapi.json'}); "
+              f"Ctrl-C stops", flush=True)
         if demo_prompt:
             from .service import data_dir_for
 

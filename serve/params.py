@@ -156,10 +156,15 @@ def _check_text(given: dict) -> None:
     for name in ("prompt", *sorted(set(given) - {"prompt"})):
         value = given.get(name)
         if isinstance(value, str) and (match := _SURROGATE.search(value)):
-            raise invalid(f"{name} contains an unpaired UTF-16 surrogate (\\u{ord(match[0]):04x} at character "
-                          f"{match.start()}), which is not valid Unicode text: send UTF-8 text, or escape "
-                          f"characters outside the BMP as a surrogate pair", name,
-                          "invalid_prompt" if name == "prompt" else "invalid_value")
+            raise bad_text(name, f"contains an unpaired UTF-16 surrogate (\\u{ord(match[0]):04x} at character "
+                                 f"{match.start()}), which is not valid Unicode text: send UTF-8 text, or escape "
+                                 f"characters outside the BMP as a surrogate pair")
+
+
+def bad_text(name: str, why: str) -> ApiError:
+    """400 for a text field that is not valid Unicode, whichever way it came (a JSON escape, multipart
+    bytes): `invalid_prompt` for the prompt, `invalid_value` for another field, naming it."""
+    return invalid(f"{name} {why}", name, "invalid_prompt" if name == "prompt" else "invalid_value")
 
 
 def _check_model(model: str | None, model_name: str) -> None:

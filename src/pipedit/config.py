@@ -192,6 +192,8 @@ class ServeConfig:
     # Host header names accepted besides loopback's when bound to loopback (DNS-rebinding guard).
     allowed_hosts: tuple[str, ...] = ()
     model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
+    # Swagger UI at /docs: its script comes from a CDN, on the origin where the page keeps the API key.
+    docs: bool = False
     # Limits on one request (a request above them gets 400 naming the field), and on the queue (429).
     max_queued: int = 16
     max_queued_per_key: int = 8  # queued jobs of one API key (when api_keys are set)
@@ -241,6 +243,8 @@ class ServeConfig:
                     (name == "event_stream_max_s" and value == 0):
                 raise UserInputError(f"serve.{name} must be a number of seconds ({'>= 0' if name == 'retention' else '> 0'}), "
                                      f"got {value!r}")
+        if not isinstance(self.docs, bool):
+            raise UserInputError(f"serve.docs must be true or false, got {self.docs!r}")
         if isinstance(self.job_lease_s, bool) or not isinstance(self.job_lease_s, (int, float)) or self.job_lease_s < 1:
             raise UserInputError(f"serve.job_lease_s must be a number of seconds >= 1, got {self.job_lease_s!r}")
         if self.database_url is not None and (not isinstance(self.database_url, str) or "://" not in self.database_url):

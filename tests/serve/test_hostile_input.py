@@ -69,6 +69,36 @@ def test_a_stored_row_utf8_cannot_carry_never_fails_a_read(app):
         assert call("DELETE", f"{app.url}/v1/videos/{video_id}").status == 200
 
 
+def _multipart(fields: dict[str, bytes], boundary: str = "b0undary") -> bytes:
+    parts = [b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (boundary.encode(), name.encode(), value)
+             for name, value in fields.items()]
+    return b"".join(parts) + b"--%s--\r\n" % boundary.encode()
+
+
+def test_multipart_text_that_is_not_utf8_is_refused_naming_the_field(app):
+    # The review's prompt, sent as multipart: it was stored as 'ÿþ latin1 été'.
+    form = {"Content-Type": "multipart/form-data; boundary=b0undary"}
+    before = app.service.store.count("queued")
+    reply = call("POST", f"{app.url}/v1/videos", data=_multipart({"prompt": b"\xff\xfe latin1 \xe9t\xe9"}), headers=form)
+    error = _error(reply, 400, "invalid_prompt", "prompt")
+    assert "UTF-8" in error["message"] and "0xff" in error["message"]
+    reply = call("POST", f"{app.url}/v1/videos", headers=form,
+                 data=_multipart({"prompt": b"a fox", "negative_prompt": b"blurry \xe9"}))
+    assert "UTF-8" in _error(reply, 400, "invalid_value", "negative_prompt")["message"]
+    assert app.service.store.count("queued") == before
+    ok = call("POST", f"{app.url}/v1/videos", data=_multipart({"prompt": "a fox in the snow, été".encode()}), headers=form)
+    assert ok.status == 200 and ok.json()["prompt"] == "a fox in the snow, été"
+
+
+def test_a_malformed_multipart_body_is_invalid_body(app):
+    for content_type, body in (("multipart/form-data", _multipart({"prompt": b"a fox"})),  # no boundary
+                               ("multipart/form-data; boundary=b0undary", b"--b0undary\r\nContent-Disposition: "
+                                b"form-data\r\n\r\na fox\r\n--b0undary--\r\n"),  # a part without a name
+                               ("multipart/form-data; boundary=b0undary", b"\x00not multipart at all")):
+        reply = call("POST", f"{app.url}/v1/videos", data=body, headers={"Content-Type": content_type})
+        assert "multipart" in _error(reply, 400, "invalid_body")["message"], body
+
+
 def test_json_nested_100000_deep_is_400(app):
     for body in (b"[" * 100_000, b'{"prompt": ' + b"[" * 100_000):
         _error(call("POST", f"{app.url}/v1/videos", data=body, headers={"Content-Type": "application/json"}),

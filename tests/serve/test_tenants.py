@@ -57,6 +57,12 @@ def test_a_job_is_invisible_to_other_keys(keyed):
     _error(call("GET", f"{url}/v1/videos/{video_id}/events", headers=_as(BOB)), 404, "video_not_found")
     _error(call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(BOB)), 404, "video_not_found")
     _error(call("GET", f"{url}/v1/videos?after={video_id}", headers=_as(BOB)), 400, "invalid_value")
+    # A 401 names its scheme (RFC 6750), with a key or without.
+    for headers in ({}, _as("not-a-key")):
+        reply = call("GET", f"{url}/v1/videos/{video_id}", headers=headers)
+        _error(reply, 401, "invalid_api_key")
+        challenge = {k.lower(): v for k, v in reply.headers.items()}["www-authenticate"]
+        assert challenge.startswith("Bearer ") and ("invalid_token" in challenge) == bool(headers)
     # Alice still has it, whole.
     assert [v["id"] for v in call("GET", f"{url}/v1/videos", headers=_as(ALICE)).json()["data"]] == [video_id]
     assert call("GET", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).json()["status"] == "completed"
