@@ -14,6 +14,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from .access import VideoAccess
 from .admission import Caller
 from .errors import ApiError
+from .downloads import video_response
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
                           is_loopback, unreadable_form)
@@ -103,10 +104,11 @@ def _videos(service: JobService, auth) -> APIRouter:
         return access.get(video_id, caller)
 
     @router.get("/{video_id}/content", response_class=FileResponse,
-                responses={200: {"content": {"video/mp4": {}}, "description": "The mp4"}})
-    def download_video(video_id: str, variant: Literal["video"] = "video", caller: Caller = Depends(auth)):
-        return FileResponse(access.content_path(video_id, caller), media_type="video/mp4",
-                            filename=f"{video_id}.mp4")
+                responses={200: {"content": {"video/mp4": {}}, "description": "The mp4 (206: the byte range asked)"}})
+    def download_video(request: Request, video_id: str, variant: Literal["video"] = "video",
+                       caller: Caller = Depends(auth)):
+        # Opened here, before any byte is answered: a delete or sweep from now on cannot cut it.
+        return video_response(access.content_path(video_id, caller), video_id, request.headers.get("range"))
 
     @router.delete("/{video_id}", response_model=VideoDeleted)
     def delete_video(video_id: str, caller: Caller = Depends(auth)):

@@ -58,8 +58,10 @@ def _expected(data: bytes) -> int:
     return 1 << 62
 
 
-def asgi_request(app, method: str, path: str, headers: dict | None = None, body: bytes = b"") -> tuple[int, dict, bytes]:
-    """One request straight into an ASGI app, no socket: (status, headers with lower-case names, body)."""
+def asgi_request(app, method: str, path: str, headers: dict | None = None, body: bytes = b"",
+                 on_start=None) -> tuple[int, dict, bytes]:
+    """One request straight into an ASGI app, no socket: (status, headers with lower-case names, body).
+    `on_start()` runs when the response's headers are sent, before any of its body."""
     import asyncio
 
     raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in {"host": "127.0.0.1", **(headers or {})}.items()]
@@ -80,6 +82,8 @@ def asgi_request(app, method: str, path: str, headers: dict | None = None, body:
         if message["type"] == "http.response.start":
             out["status"] = message["status"]
             out["headers"] = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message["headers"]}
+            if on_start is not None:
+                on_start()
         elif message["type"] == "http.response.body":
             out["body"] += message.get("body", b"")
 
