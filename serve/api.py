@@ -88,6 +88,9 @@ def _videos(service: JobService, auth) -> APIRouter:
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
     async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
+        # Admission first: a full queue answers 429 before the body is read, parsed or its image
+        # decoded (create checks again as it adds the row: this is the early, cheap refusal).
+        await run_in_threadpool(service.admission.check, caller.client)
         fields, image = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
         params = VideoCreateParams.model_validate(fields)
         # The key goes to the service only when keys are configured (caller.client is its digest).
