@@ -22,9 +22,10 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .admission import EVERYONE, Caller, client_of
+from .body import BodyWatch
 from .errors import ApiError
 
 _log = logging.getLogger(__name__)
@@ -162,6 +163,14 @@ def unauthorized(key_given: bool) -> ApiError:
                     type="authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": challenge})
 
 
+def body_timeout(timeout_s: float, min_rate: int, received: int) -> ApiError:
+    """408 body_timeout: the body came too slowly (see body.py)."""
+    return ApiError(408, f"the request body did not arrive in time: {received:,} bytes came within "
+                         f"{timeout_s:g} s (serve.body_timeout_s) plus one second per {min_rate:,} bytes received "
+                         f"(serve.body_min_rate); send the body as fast as the headers", param="body",
+                    code="body_timeout")
+
+
 def unreadable_form(why: str) -> ApiError:
     """400 invalid_body: a multipart/form-data body that cannot be parsed (no boundary, a part without
     a name, bytes that are not multipart at all)."""
@@ -211,11 +220,17 @@ class RequestGuard:
     - a body over max_body_bytes (413 body_too_large): at once by Content-Length, and for a chunked
       body as soon as what arrived passes the cap (nothing more is read). A multipart POST to an
       upload route (`upload_paths`: a create, which may carry an input_reference image) is capped
-      at max_upload_bytes instead."""
+      at max_upload_bytes instead;
+    - a body that does not arrive in time (408 body_timeout): `body_timeout_s` from the request's
+      start plus a second per `body_min_rate` bytes received (see body.py).
+    An answer that begins before the body is complete closes the connection after a read of what
+    the client still sends, for at most `linger_s` (body.py), so the client can read it."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = (),
-                 max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = ()):
+                 max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = (),
+                 body_timeout_s: float = 30.0, body_min_rate: int = 65536, linger_s: float = 5.0):
         self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
+        self.body_timeout_s, self.body_min_rate, self.linger_s = body_timeout_s, body_min_rate, linger_s
         self.max_upload_bytes = max_body_bytes if max_upload_bytes is None else max_upload_bytes
         self.upload_paths = {path.rstrip("/") for path in upload_paths}
         self.allowed = {(_split_host(h) or (h.strip().lower(), None))[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
@@ -227,12 +242,16 @@ class RequestGuard:
             return
         headers = Headers(scope=scope)
         cap = self._cap(scope, headers)
+        watch = BodyWatch(receive, send, headers, cap=cap[0], too_large=lambda: self._too_large(
+                              f"passed {cap[0]:,} bytes before it ended", cap),
+                          timeout_s=self.body_timeout_s, min_rate=self.body_min_rate, timed_out=lambda: body_timeout(
+                              self.body_timeout_s, self.body_min_rate, watch.seen), linger_s=self.linger_s)
         refusal = (self._host_refusal(headers) or self._cross_site_refusal(scope["method"], headers)
                    or self._length_refusal(headers, cap))
         if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
+            await error_response(refusal)(scope, watch.receive, watch.send)
             return
-        await self.app(scope, self._capped(receive, cap), send)
+        await self.app(scope, watch.receive, watch.send)
 
     def _cap(self, scope: Scope, headers: Headers) -> tuple[int, str]:
         """The body cap of this request and what the 413 says about it (the setting, a hint)."""
@@ -289,20 +308,6 @@ class RequestGuard:
         limit, setting = cap
         return ApiError(413, f"the request body {what}; this server takes at most {limit:,} bytes {setting}",
                         param="body", code="body_too_large")
-
-    def _capped(self, receive: Receive, cap: tuple[int, str]) -> Receive:
-        seen = 0
-
-        async def capped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > cap[0]:  # a chunked body: stop reading; the route answers 413
-                    raise self._too_large(f"passed {cap[0]:,} bytes before it ended", cap)
-            return message
-
-        return capped
 
 
 def _same_origin(origin: str, host: str | None) -> bool:

@@ -35,6 +35,9 @@ class ServiceLimits:
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key on a replica (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
+    body_timeout_s: float = 30.0  # a request body must arrive within this (plus a second per body_min_rate bytes)
+    body_min_rate: int = 64 << 10  # bytes of body that buy one more second (a slow large upload keeps going)
+    linger_s: float = 5.0  # an answer sent before the body is read reads the rest this long, then closes
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000

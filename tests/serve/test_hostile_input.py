@@ -3,6 +3,8 @@ a lone surrogate in the prompt, a stored row that UTF-8 cannot carry, JSON neste
 bodies over serve.max_body_bytes (announced or chunked), a request over serve.max_pixels, and a
 store another process holds locked. And the Video's expires_at follows serve.retention."""
 
+import json
+import socket
 import sqlite3
 import time
 
@@ -20,7 +22,8 @@ PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    running = start_idle(tmp_path_factory.mktemp("hostile"), limits=ServiceLimits(max_queued=1000))
+    # A short body time limit, for the slow-client tests (a trickled body is refused after it).
+    running = start_idle(tmp_path_factory.mktemp("hostile"), limits=ServiceLimits(max_queued=1000, body_timeout_s=1.0))
     yield running
     running.close()
 
@@ -175,3 +178,68 @@ def test_expires_at_follows_the_retention(tmp_path):
             assert call("GET", f"{app.url}/v1/videos/video_waits").json()["expires_at"] is None
         finally:
             app.close()
+
+
+def _answer_to_a_body_still_being_sent(url, head: str, body: bytes) -> tuple[str | None, bytes]:
+    """Sends `head` and then all of `body` as one client does that writes its whole request before
+    reading (urllib, the openai SDK); returns (the error sending or reading met, what was read)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as conn:
+        try:
+            conn.sendall(head.encode() + b"\r\n\r\n")
+            conn.sendall(body)
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            return None, data
+        except OSError as error:
+            return type(error).__name__, b""
+
+
+def test_an_oversized_body_is_answered_so_a_client_still_sending_can_read_it(app):
+    # The review: 20 MB of JSON, Content-Length over the cap: 8 of 8 clients got "connection reset"
+    # instead of the 413 (the answer came, then the socket closed with the body unread).
+    body = b'{"prompt": "' + b"a" * (20 << 20) + b'"}'
+    for _ in range(8):
+        error, data = _answer_to_a_body_still_being_sent(
+            app.url, f"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Connection: close\r\nContent-Length: {len(body)}", body)
+        assert error is None, error
+        head, _, answer = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), head
+        assert json.loads(answer)["error"]["code"] == "body_too_large"
+    assert call("GET", f"{app.url}/healthz").status == 200
+
+
+def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
+    # The review: POSTs sending a body byte every 5 s held a request slot each for 70 s and more.
+    # Scaled: 100 bodies and 100 header blocks that stop arriving; /healthz answers meanwhile, and
+    # every trickled body gets 408 body_timeout once serve.body_timeout_s (here 1 s) has passed.
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(app.url)
+    bodies, heads = [], []
+    try:
+        for _ in range(100):
+            conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
+            conn.sendall(b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            bodies.append(conn)
+            conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            heads.append(conn)
+        assert call("GET", f"{app.url}/healthz").status == 200
+        for conn in bodies:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            head, _, answer = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
+            error = json.loads(answer)["error"]
+            assert error["code"] == "body_timeout" and "serve.body_timeout_s" in error["message"]
+        assert call("GET", f"{app.url}/healthz").status == 200
+    finally:
+        for conn in bodies + heads:
+            conn.close()
