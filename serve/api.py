@@ -8,7 +8,8 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from sqlalchemy.exc import IntegrityError
 from starlette.formparsers import MultiPartException, MultiPartParser
 
 from .access import VideoAccess
@@ -18,7 +19,7 @@ from .downloads import video_response
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
                           is_loopback, unreadable_form)
-from . import reference
+from . import idempotency, reference
 from .headers import SecurityHeaders, add_docs
 from .jobs import JobService
 from .params import bad_text
@@ -89,15 +90,31 @@ def _videos(service: JobService, auth) -> APIRouter:
     access = VideoAccess(service)
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
-    async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
-        # Admission first: a full queue answers 429 before the body is read, parsed or its image
-        # decoded (create checks again as it adds the row: this is the early, cheap refusal).
-        await run_in_threadpool(service.admission.check, caller.client)
+    async def create_video(request: Request, response: Response, caller: Caller = Depends(auth)) -> Video:
+        retry_key = idempotency.key_of(request.headers)
+        job_id = idempotency.job_id_for(caller.client, retry_key) if retry_key else None
+        earlier = await run_in_threadpool(service.store.get, job_id) if job_id else None
+        if earlier is None:
+            # Admission first: a full queue answers 429 before the body is read, parsed or its image
+            # decoded (create checks again as it adds the row: this is the early, cheap refusal).
+            await run_in_threadpool(service.admission.check, caller.client)
         fields, image = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
         params = VideoCreateParams.model_validate(fields)
         # The key goes to the service only when keys are configured (caller.client is its digest).
         key = bearer_token(request.headers) if caller.client is not None else None
-        return await run_in_threadpool(service.create, params, key, image)
+        if retry_key is None:
+            return await run_in_threadpool(service.create, params, key, image)
+        digest = idempotency.request_digest(params.given(), image)
+        if earlier is None:
+            try:
+                return await run_in_threadpool(service.create, params, key, image, job_id=job_id, request_digest=digest)
+            except IntegrityError:  # the same key's create won a moment ago (a parallel retry, another replica)
+                earlier = await run_in_threadpool(service.store.get, job_id)
+                if earlier is None:
+                    raise
+        idempotency.check_same_request(earlier.params, digest, retry_key, job_id)
+        response.headers["Idempotent-Replayed"] = "true"
+        return await run_in_threadpool(service.get, job_id)  # as it is now
 
     @router.get("", response_model=VideoList)
     def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None,

@@ -171,6 +171,13 @@ def body_timeout(timeout_s: float, min_rate: int, received: int) -> ApiError:
                     code="body_timeout")
 
 
+def idempotency_key_reused(header: str, key: str, video_id: str) -> ApiError:
+    """409: an Idempotency-Key sent again with another request (see idempotency.py)."""
+    return ApiError(409, f"{header} {key!r} was used for video '{video_id}' with a different request: send a new "
+                         f"key for a new request (a retry must repeat the first request as it was)",
+                    param=header, code="idempotency_key_reused")
+
+
 def unreadable_form(why: str) -> ApiError:
     """400 invalid_body: a multipart/form-data body that cannot be parsed (no boundary, a part without
     a name, bytes that are not multipart at all)."""

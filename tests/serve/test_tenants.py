@@ -163,3 +163,57 @@ def test_an_old_store_gets_the_owner_column(store_url):
             store.list(after="video_old", client="c1")
     finally:
         store.close()
+
+
+def test_an_idempotency_key_makes_one_job_per_key_and_request(keyed, tmp_path):
+    # The known rare duplicate: `pipedit render --endpoint` retrying a create whose answer was lost.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from image_inputs import multipart
+
+    url, store = keyed.url, keyed.service.store
+    again = {**_as(ALICE), "Idempotency-Key": "line-1-of-prompts"}
+    first = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 5}, headers=again)
+    assert first.status == 200 and "idempotent-replayed" not in {k.lower() for k in first.headers}
+    video_id = first.json()["id"]
+    # The same request again (as JSON, or as the multipart form the openai SDK 3 sends): the first job.
+    body, form = multipart({"prompt": "a fox", "size": "64x64", "seed": "5"})
+    for retry in (call("POST", f"{url}/v1/videos", {"seed": 5, "size": "64x64", "prompt": "a fox"}, headers=again),
+                  call("POST", f"{url}/v1/videos", data=body, headers={**again, **form})):
+        assert retry.status == 200 and retry.json()["id"] == video_id, retry.body
+        assert {k.lower(): v for k, v in retry.headers.items()}["idempotent-replayed"] == "true"
+    # The same key with another request: 409, nothing made.
+    reply = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 6}, headers=again)
+    error = _error(reply, 409, "idempotency_key_reused")
+    assert video_id in error["message"] and error["param"] == "Idempotency-Key"
+    # Another key's equal Idempotency-Key is its own job; parallel retries of one key make one job.
+    other = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 5},
+                 headers={**_as(BOB), "Idempotency-Key": "line-1-of-prompts"})
+    assert other.status == 200 and other.json()["id"] != video_id
+    parallel = {**_as(BOB), "Idempotency-Key": "a-parallel-retry"}
+    with ThreadPoolExecutor(6) as pool:
+        replies = list(pool.map(lambda _: call("POST", f"{url}/v1/videos", {"prompt": "a boat"}, headers=parallel),
+                                range(6)))
+    assert all(r.status == 200 for r in replies) and len({r.json()["id"] for r in replies}) == 1
+    rows, _ = store.list(limit=100)
+    assert len(rows) == 3
+    # A bad key is refused; a deleted job's key makes a new one.
+    _error(call("POST", f"{url}/v1/videos", {"prompt": "a fox"}, headers={**_as(ALICE), "Idempotency-Key": "a b"}),
+           400, "invalid_value")
+    assert call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).status == 200
+    fresh = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 6}, headers=again)
+    assert fresh.status == 200 and fresh.json()["pipedit"]["seed"] == 6
+
+
+def test_a_retry_of_an_accepted_create_is_not_refused_by_a_full_queue(tmp_path):
+    from pipedit.serve.params import ServiceLimits
+
+    app = start_idle(tmp_path, api_keys=(ALICE,), limits=ServiceLimits(max_queued_per_key=1))
+    try:
+        headers = {**_as(ALICE), "Idempotency-Key": "k-1"}
+        first = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=headers)
+        assert call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=_as(ALICE)).status == 429
+        retry = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=headers)
+        assert retry.status == 200 and retry.json()["id"] == first.json()["id"]
+    finally:
+        app.close()
