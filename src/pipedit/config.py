@@ -205,10 +205,12 @@ class ServeConfig:
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
-    # Slow clients: a request body must arrive within body_timeout_s of the request's start, plus a
-    # second per body_min_rate bytes received (408 body_timeout); an idle keep-alive connection
-    # closes after keep_alive_timeout_s; an answer sent before the body was read (413, 429) reads
-    # what the client still sends for at most linger_s, so it can read the answer, then closes.
+    # Slow clients: a request's headers must arrive within header_timeout_s (408, then closed); its
+    # body within body_timeout_s of the request's start, plus a second per body_min_rate bytes
+    # received (408 body_timeout); an idle keep-alive connection closes after keep_alive_timeout_s;
+    # an answer sent before the body was read (413, 429) reads what the client still sends for at
+    # most linger_s, so it can read the answer, then closes.
+    header_timeout_s: float = 15.0
     body_timeout_s: float = 30.0
     body_min_rate: int = 64 << 10
     keep_alive_timeout_s: int = 5
@@ -246,7 +248,7 @@ class ServeConfig:
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
             raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
-        for name in ("event_stream_max_s", "retention", "body_timeout_s", "linger_s"):
+        for name in ("event_stream_max_s", "retention", "header_timeout_s", "body_timeout_s", "linger_s"):
             value = getattr(self, name)
             at_least_zero = name in ("retention", "linger_s")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \

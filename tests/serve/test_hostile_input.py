@@ -214,9 +214,11 @@ def test_an_oversized_body_is_answered_so_a_client_still_sending_can_read_it(app
 
 
 def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
-    # The review: POSTs sending a body byte every 5 s held a request slot each for 70 s and more.
-    # Scaled: 100 bodies and 100 header blocks that stop arriving; /healthz answers meanwhile, and
-    # every trickled body gets 408 body_timeout once serve.body_timeout_s (here 1 s) has passed.
+    # The review: POSTs sending a body byte every 5 s and a GET sending a header line every 5 s were
+    # all still open after 70 s, each POST holding a request slot. Scaled: 100 bodies and 100 header
+    # blocks that stop arriving; /healthz answers meanwhile; every trickled body gets 408
+    # body_timeout once serve.body_timeout_s (here 1 s) has passed, every header block 408
+    # header_timeout at serve.header_timeout_s (HEADER_TIMEOUT_S on test servers); idle ones close.
     from urllib.parse import urlsplit
 
     parts = urlsplit(app.url)
@@ -230,6 +232,8 @@ def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
             conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
             conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             heads.append(conn)
+        idle = socket.create_connection((parts.hostname, parts.port), timeout=30)  # sends nothing at all
+        heads.append(idle)
         assert call("GET", f"{app.url}/healthz").status == 200
         for conn in bodies:
             data = b""
@@ -239,7 +243,36 @@ def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
             assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
             error = json.loads(answer)["error"]
             assert error["code"] == "body_timeout" and "serve.body_timeout_s" in error["message"]
+        for conn in heads[:-1]:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            head, _, answer = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408") and json.loads(answer)["error"]["code"] == "header_timeout", data
+        assert idle.recv(1) == b""  # closed without a word: it never began a request
         assert call("GET", f"{app.url}/healthz").status == 200
     finally:
         for conn in bodies + heads:
             conn.close()
+
+
+def test_serve_proxies_get_the_header_limit_through_rays_proxy_callback(monkeypatch):
+    # Ray Serve's proxy builds its own uvicorn server ("auto" protocol) and calls the function named
+    # by RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH first: `pipedit serve` names install, which points
+    # "auto" at the protocol with the limit. Here: what the proxy process does, in this one.
+    import importlib
+
+    import uvicorn.config
+
+    from pipedit.serve import header_timeout
+
+    variables = header_timeout.environment(7.5)
+    module, _, function = variables[header_timeout.CALLBACK_ENV].partition(":")
+    monkeypatch.setitem(uvicorn.config.HTTP_PROTOCOLS, "auto", uvicorn.config.HTTP_PROTOCOLS["auto"])
+    monkeypatch.setenv(header_timeout.TIMEOUT_ENV, variables[header_timeout.TIMEOUT_ENV])
+    assert getattr(importlib.import_module(module), function)() == []  # no middleware
+    config = uvicorn.config.Config(lambda scope, receive, send: None, http="auto")
+    config.load()
+    assert config.http_protocol_class.__name__ == "HeaderTimeoutProtocol"
+    assert config.http_protocol_class.on_headers_complete is not uvicorn.config.import_from_string(
+        "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol").on_headers_complete
