@@ -21,6 +21,7 @@ tests/serve/test_hostile_input.py checks the limit on every test server, which u
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 
@@ -36,8 +37,9 @@ def protocol_class(timeout_s: float):
     """uvicorn's httptools protocol with a header time limit of `timeout_s` seconds."""
     from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-    body = (b'{"error":{"message":"the request headers did not arrive within %g s (serve.header_timeout_s)",'
-            b'"type":"invalid_request_error","param":null,"code":"header_timeout"}}' % timeout_s)
+    from .http_errors import header_timeout
+
+    body = json.dumps(header_timeout(timeout_s).body()).encode()
 
     class HeaderTimeoutProtocol(HttpToolsProtocol):
         def connection_made(self, transport) -> None:

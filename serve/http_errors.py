@@ -163,6 +163,12 @@ def unauthorized(key_given: bool) -> ApiError:
                     type="authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": challenge})
 
 
+def header_timeout(timeout_s: float) -> ApiError:
+    """408 header_timeout: the request's headers came too slowly (see header_timeout.py)."""
+    return ApiError(408, f"the request headers did not arrive within {timeout_s:g} s (serve.header_timeout_s); "
+                         f"send them at once", param=None, code="header_timeout")
+
+
 def body_timeout(timeout_s: float, min_rate: int, received: int) -> ApiError:
     """408 body_timeout: the body came too slowly (see body.py)."""
     return ApiError(408, f"the request body did not arrive in time: {received:,} bytes came within "
