@@ -34,6 +34,9 @@ class BodyWatch:
         # No Content-Length (or 0) and no Transfer-Encoding: there is no body to wait for.
         self.complete = headers.get("transfer-encoding") is None and (length is None or length.strip() == "0")
         self.seen = 0
+        # A client that asked "Expect: 100-continue" sends no body after a final answer: nothing to wait for.
+        self.expects_continue = (headers.get("expect") or "").strip().lower() == "100-continue"
+        self.received_any = False
         self.gave_up = False  # the body timed out: the answer does not wait for the rest
         self.closing = False  # the answer began before the body was complete
         self.started = asyncio.get_running_loop().time()
@@ -63,7 +66,7 @@ class BodyWatch:
             headers = [(name, value) for name, value in message.get("headers", []) if name.lower() != b"connection"]
             message = dict(message, headers=headers + [(b"connection", b"close")])
         elif (message["type"] == "http.response.body" and self.closing and not message.get("more_body", False)
-              and not self.complete and not self.gave_up):
+              and not self.complete and not self.gave_up and (self.received_any or not self.expects_continue)):
             await self._send(dict(message, more_body=True))  # the whole answer, for the client to read
             await self._linger()
             message = {"type": "http.response.body", "body": b"", "more_body": False}
@@ -71,6 +74,7 @@ class BodyWatch:
 
     def _account(self, message: Message) -> None:
         if message["type"] == "http.request":
+            self.received_any = True
             self.seen += len(message.get("body", b""))
             self.complete = not message.get("more_body", False)
         elif message["type"] == "http.disconnect":
