@@ -3,9 +3,10 @@
 A client that sends its header lines one every few seconds holds its connection open for as long
 as it likes; nothing in the app can see it (a request exists only once its headers are complete).
 HeaderTimeoutProtocol is uvicorn's httptools protocol plus one timer: armed when a connection
-opens and when a response completes (the next request's headers), cancelled when headers are
-complete. When it fires, a connection that began a request gets 408 and is closed; an idle one
-is closed (keep-alive connections normally close sooner, at serve.keep_alive_timeout_s).
+opens and when a later request's first byte arrives, cancelled when its headers are complete.
+When it fires, a connection that began a request gets 408 and is closed; one that never sent a
+byte is closed. Between requests, uvicorn's keep-alive timeout (serve.keep_alive_timeout_s)
+closes idle connections, as before.
 
 Ray Serve's HTTP proxy builds its uvicorn server itself (ray 2.60 exposes only keep_alive_timeout_s
 and request_timeout_s), but as its proxy starts it calls the function that the environment variable
@@ -15,7 +16,7 @@ with the limit from PIPEDIT_HEADER_TIMEOUT_S, and adds no middleware. `pipedit s
 variables in the environment of the Ray instance it starts (`environment`); on a cluster started
 elsewhere they must be in the cluster's environment.
 Hazard: relies on uvicorn's HttpToolsProtocol callbacks (connection_made, on_message_begin,
-on_headers_complete, on_response_complete) and its HTTP_PROTOCOLS table (uvicorn 0.54);
+on_headers_complete, connection_lost) and its HTTP_PROTOCOLS table (uvicorn 0.54);
 tests/serve/test_hostile_input.py checks the limit on every test server, which uses this protocol.
 """
 
@@ -49,18 +50,14 @@ def protocol_class(timeout_s: float):
 
         def on_message_begin(self) -> None:
             self._begun = True
+            if self._header_timer is None:  # a later request on a kept-alive connection
+                self._arm()
             super().on_message_begin()
 
         def on_headers_complete(self) -> None:
+            self._begun = False
             self._disarm()
             super().on_headers_complete()
-
-        def on_response_complete(self) -> None:
-            super().on_response_complete()
-            idle = not self.pipeline and (self.cycle is None or self.cycle.response_complete)
-            if idle and not self.transport.is_closing():  # the next request's headers are timed too
-                self._begun = False
-                self._arm()
 
         def connection_lost(self, exc) -> None:
             self._disarm()

@@ -232,6 +232,14 @@ def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
             conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
             conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
             heads.append(conn)
+        # A kept-alive connection: one whole request answered, then the next one's headers trickle.
+        kept = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answered = b""
+        while b'"ok"' not in answered:
+            answered += kept.recv(65536)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        heads.append(kept)
         idle = socket.create_connection((parts.hostname, parts.port), timeout=30)  # sends nothing at all
         heads.append(idle)
         assert call("GET", f"{app.url}/healthz").status == 200
