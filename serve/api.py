@@ -67,7 +67,7 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *
                        max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",),
                        **{name: getattr(limits, name) for name in ("body_timeout_s", "body_min_rate", "linger_s")
                           if hasattr(limits, name)})
-    app.add_middleware(SecurityHeaders)  # outermost: the guard's refusals carry the headers too
+    app.add_middleware(SecurityHeaders, docs=docs)  # outermost: the guard's refusals carry the headers too
     auth = bearer_check(tuple(api_keys), tuple(admin_keys))
     app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
 

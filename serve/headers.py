@@ -26,16 +26,17 @@ _FIXED = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff")
 
 
 class SecurityHeaders:
-    """Pure ASGI middleware: adds the headers above to every response that does not set its own."""
+    """Pure ASGI middleware: adds the headers above to every response that does not set its own.
+    `docs`: whether /docs serves Swagger UI (its page alone gets DOCS_POLICY)."""
 
-    def __init__(self, app: ASGIApp):
-        self.app = app
+    def __init__(self, app: ASGIApp, docs: bool = False):
+        self.app, self.docs = app, docs
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        policy = (DOCS_POLICY if scope["path"] == DOCS_PATH else PAGE_POLICY).encode()
+        policy = (DOCS_POLICY if self.docs and scope["path"] == DOCS_PATH else PAGE_POLICY).encode()
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":

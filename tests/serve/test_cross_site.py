@@ -121,7 +121,9 @@ def test_docs_are_off_by_default_and_pinned_when_on(app):
     from idle_app import asgi_request
 
     # Swagger UI loads its script from a CDN on the origin where the page keeps the API key: off.
-    _error(call("GET", f"{app.url}/docs"), 404, "not_found")
+    off = call("GET", f"{app.url}/docs")
+    _error(off, 404, "not_found")
+    assert "cdn" not in {k.lower(): v for k, v in off.headers.items()}["content-security-policy"]
     _error(call("GET", f"{app.url}/redoc"), 404, "not_found")
     assert call("GET", f"{app.url}/openapi.json").json()["info"]["title"] == "pipedit"
     status, headers, body = asgi_request(build_app(app.service, docs=True), "GET", "/docs")
