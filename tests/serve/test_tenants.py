@@ -217,3 +217,20 @@ def test_a_retry_of_an_accepted_create_is_not_refused_by_a_full_queue(tmp_path):
         assert retry.status == 200 and retry.json()["id"] == first.json()["id"]
     finally:
         app.close()
+
+
+def test_the_store_refuses_a_second_job_with_an_idempotent_id(store_url):
+    # What makes one job per Idempotency-Key hold across replicas: a second row with the id fails.
+    from sqlalchemy.exc import IntegrityError
+
+    from pipedit.serve.idempotency import job_id_for
+
+    store = JobStore(store_url)
+    try:
+        record = JobRecord(id=job_id_for(client_of(ALICE), "k"), status="queued", created_at=time.time(), params=PARAMS)
+        store.add(record)
+        with pytest.raises(IntegrityError):
+            store.add(record)
+        assert job_id_for(client_of(BOB), "k") != record.id and job_id_for(None, "k") != record.id
+    finally:
+        store.close()
