@@ -76,7 +76,7 @@ class PipeditServer:
 
         serve = self.config.serve
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
-                         allowed_hosts=serve.allowed_hosts)
+                         allowed_hosts=serve.allowed_hosts, docs=serve.docs)
 
     def __del__(self):
         # Serve calls this when the app is deleted (pipedit serve stopping on SIGTERM or Ctrl-C):

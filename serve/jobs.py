@@ -77,9 +77,12 @@ class JobService:
         self.dispatcher.start()
 
     # -- the API --------------------------------------------------------------------------
-    def create(self, params: VideoCreateParams, api_key: str | None = None, image: bytes | None = None) -> Video:
+    def create(self, params: VideoCreateParams, api_key: str | None = None, image: bytes | None = None, *,
+               job_id: str | None = None, request_digest: str | None = None) -> Video:
         """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full.
-        `image`: the input_reference's encoded bytes (image-to-video), stored with the job."""
+        `image`: the input_reference's encoded bytes (image-to-video), stored with the job.
+        `job_id`, `request_digest`: an idempotent create's (see idempotency.py); the store refuses
+        a second row with that id (sqlalchemy IntegrityError)."""
         settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image)
         if not self.healthy():
             raise ApiError(503, "the server is shutting down; retry when /healthz is ok", type="server_error",
@@ -89,8 +92,9 @@ class JobService:
         client = client_of(api_key)
         with self._admit:  # count and add together, for this process (across replicas see admission.py)
             self.admission.check(client)
-            record = JobRecord(id=f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
-                               params=settings.to_json(), extras={"stage": "queued"}, client=client)
+            stored = dict(settings.to_json(), **({"request_digest": request_digest} if request_digest else {}))
+            record = JobRecord(id=job_id or f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
+                               params=stored, extras={"stage": "queued"}, client=client)
             self.store.add(record, image=image)
         self.dispatcher.wake.set()
         return self.view(record)

@@ -88,12 +88,14 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     port = _serve_port(config.serve.port, port_given, running_port)
     print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
           f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
-    serve.start(http_options={"host": config.serve.host, "port": port})
+    serve.start(http_options={"host": config.serve.host, "port": port,
+                              "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
     serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{_display_host(config.serve.host)}:{port}"
     _wait_healthy(url)
     served.append(url)
-    print(f"pipedit: serving {url} (OpenAPI at {url}/docs); Ctrl-C or SIGTERM stops", flush=True)
+    print(f"pipedit: serving {url} (OpenAPI at {url}/{'docs' if config.serve.docs else 'openapi.json'}); "
+          f"Ctrl-C or SIGTERM stops", flush=True)
     if demo_prompt:
         from .service import data_dir_for
 

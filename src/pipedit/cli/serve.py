@@ -39,6 +39,15 @@ def _config(args):
 
 
 def run(args) -> int:
+    import os
+
+    from ..serve.header_timeout import CALLBACK_ENV, environment
     from ..serve.launch import serve_until_interrupted
 
-    return serve_until_interrupted(_config(args), args.address, args.demo_prompt, port_given=args.port is not None)
+    config = _config(args)
+    # Before Ray starts: its Serve proxies take their header time limit from this environment (an
+    # operator's own proxy callback, if set, is left alone).
+    wanted = environment(config.serve.header_timeout_s)
+    if os.environ.get(CALLBACK_ENV, wanted[CALLBACK_ENV]) == wanted[CALLBACK_ENV]:
+        os.environ.update(wanted)
+    return serve_until_interrupted(config, args.address, args.demo_prompt, port_given=args.port is not None)
