@@ -121,9 +121,11 @@ class JobService:
         """The finished mp4; 404 video_not_ready while the job has not completed."""
         record = self._record(video_id)
         path = self.videos_dir / record.video_file if record.video_file else None
-        if record.status != "completed" or path is None or not path.is_file():
+        if record.status != "completed" or path is None:
             raise ApiError(404, f"video '{video_id}' is {record.status}, not completed: poll GET /v1/videos/"
                            f"{video_id} until its status is completed", param="video_id", code="video_not_ready")
+        if not path.is_file():  # a delete or the retention sweep removed it (its row goes next)
+            raise not_found(video_id)
         return path
 
     def delete(self, video_id: str) -> VideoDeleted:

@@ -69,8 +69,11 @@ def test_a_queued_row_whose_params_is_not_json_fails_at_its_claim(tmp_path):
     engine = InstantEngine()
     service = service_on(engine, tmp_path)
     try:
-        service.store.add(JobRecord(id="video_bad", status="queued", created_at=time.time(), params=PARAMS))
-        _damage(service.store, "video_bad", "{")
+        # Added as cancelled (never claimed), then damaged and queued in one write: the dispatcher
+        # already runs, and must never see the row before its params are damaged.
+        service.store.add(JobRecord(id="video_bad", status="cancelled", created_at=time.time(), params=PARAMS))
+        with sqlite3.connect(service.store.url.removeprefix("sqlite:///")) as conn:
+            conn.execute("UPDATE jobs SET params = '{', status = 'queued' WHERE id = 'video_bad'")
         service.dispatcher.wake.set()
         def stored():
             with sqlite3.connect(tmp_path / "jobs.sqlite") as conn:
