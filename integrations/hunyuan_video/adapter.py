@@ -64,9 +64,11 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
+                        fuse_loras=False):
         """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
-        auto, on or off (see _set_tiling)."""
+        auto, on or off (see _set_tiling); loras go into the transformer before the attention
+        processors (pipedit.lora.inject)."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:
@@ -79,6 +81,10 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
+        if loras and "transformer" in components:
+            from pipedit.lora.inject import apply_loras
+
+            apply_loras(components, cls.family, loras, fuse_loras)
         return cls(components, configs, device, dtype, vae_tiling)
 
     @property

@@ -37,10 +37,22 @@ class ModelConfig:
     # Two-expert models (Wan2.2 A14B) on the denoise ranks: resident (both experts on the device) or
     # offload (the idle expert on the host, swapped once per request at the boundary; no-op on CPU).
     idle_expert: str = "resident"
+    # LoRA adapters on the DiT for the whole run (--lora PATH[:SCALE[:EXPERTS]]): a list of those strings
+    # or of {path, scale, experts} (pipedit.lora.spec), held as LoraSpecs; applied on every request.
+    lora: tuple = ()
+    # Merge model.lora into the DiT's weights at load (no per-step cost; the adapters cannot be changed).
+    fuse_loras: bool = False
 
     def __post_init__(self):
+        from .lora.spec import lora_specs
+
         if not isinstance(self.compile, bool):
             raise UserInputError(f"model.compile must be true or false, got {self.compile!r}")
+        if not isinstance(self.fuse_loras, bool):
+            raise UserInputError(f"model.fuse_loras must be true or false, got {self.fuse_loras!r}")
+        object.__setattr__(self, "lora", lora_specs(self.lora))
+        if self.fuse_loras and not self.lora:
+            raise UserInputError("model.fuse_loras needs adapters to fuse: give model.lora (--lora PATH[:SCALE])")
         if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")

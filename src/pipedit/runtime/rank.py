@@ -84,7 +84,8 @@ class RankWorker:
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
-                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert)
+                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert,
+                                    loras=model.lora, fuse_loras=model.fuse_loras)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
