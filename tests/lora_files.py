@@ -77,3 +77,42 @@ def write_original_hunyuan_lora(path: Path, model: torch.nn.Module, blocks: list
         tensors[f"{key}.lora_A.weight"], tensors[f"{key}.lora_B.weight"] = down, up
     save_file(tensors, str(path))
     return path
+
+
+# -- the adapters the parity tests use (one rank: tests/lora; Ulysses 2: tests/runtime) ------------
+WAN_PEFT_LAYERS = ["blocks.0.attn1.to_q", "blocks.1.attn1.to_v", "blocks.0.ffn.net.0.proj", "proj_out"]
+WAN_ORIGINAL_LAYERS = {"blocks.0.self_attn.q": "blocks.0.attn1.to_q",
+                       "blocks.1.cross_attn.o": "blocks.1.attn2.to_out.0", "blocks.1.ffn.2": "blocks.1.ffn.net.2"}
+
+
+def write_wan_adapters(checkpoint: Path, folder: Path) -> tuple[Path, Path]:
+    """(diffusers/PEFT form: rank 3, alpha 5, self-attention q and v, the FFN's first layer and
+    proj_out, which the sequence-parallel plan hooks; Wan's original form: rank 2, alpha 7, diff_b
+    on every layer it targets)."""
+    from diffusers import WanTransformer3DModel
+
+    model = WanTransformer3DModel.from_pretrained(checkpoint / "transformer")
+    return (write_peft_lora(folder / "style.safetensors", model, WAN_PEFT_LAYERS, rank=3, alpha=5, seed=1),
+            write_original_wan_lora(folder / "distill.safetensors", model, WAN_ORIGINAL_LAYERS, rank=2, alpha=7,
+                                    seed=2))
+
+
+def write_hunyuan_adapter(checkpoint: Path, folder: Path) -> Path:
+    """HunyuanVideo's original form on both dual-stream blocks, rank 3."""
+    from diffusers import HunyuanVideoTransformer3DModel
+
+    model = HunyuanVideoTransformer3DModel.from_pretrained(checkpoint / "transformer")
+    return write_original_hunyuan_lora(folder / "hunyuan-style.safetensors", model, [0, 1], rank=3, seed=7)
+
+
+def with_adapters(pipe, adapters, scales, into_both: bool = False):
+    """diffusers' own way: load_lora_weights per file (adapter a0, a1, ...), then set_adapters."""
+    names = [f"a{i}" for i in range(len(adapters))]
+    for name, path in zip(names, adapters):
+        pipe.load_lora_weights(str(path), adapter_name=name)
+        if into_both:
+            pipe.load_lora_weights(str(path), adapter_name=name, load_into_transformer_2=True)
+    if names:
+        pipe.set_adapters(names, list(scales))
+    pipe.set_progress_bar_config(disable=True)
+    return pipe

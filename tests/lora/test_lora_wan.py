@@ -2,10 +2,9 @@
 `pipe.load_lora_weights(file, adapter_name=...)` per file, then `pipe.set_adapters(names, scales)`,
 on tiny random checkpoints with other sizes than the demo (3 heads of 8, text width 24).
 
-Adapters: one in the diffusers/PEFT form (rank 3, alpha 5 in its metadata; self-attention q and v,
-the FFN's first layer and proj_out, which the sequence-parallel plan hooks) and one in Wan's
-original trainer form (rank 2, alpha 7, with diff_b bias deltas on every layer it targets), at
-scales 0.7 and 1.3.
+Adapters (tests/lora_files.py): one in the diffusers/PEFT form, one in Wan's original trainer form
+with diff_b bias deltas, at scales 0.7 and 1.3. The same under Ulysses 2:
+tests/runtime/test_wan_parallel_e2e.py.
 
 Tolerance: both sides run the same fp32 modules (diffusers' peft layers) on the same CPU; pipedit
 batches the [negative, positive] branches in one forward where WanPipeline runs two, which may
@@ -16,7 +15,7 @@ move the last float bits, so final latents are compared at the contract's 1e-4 r
 import pytest
 import torch
 
-from lora_files import write_original_wan_lora, write_peft_lora
+from lora_files import WAN_ORIGINAL_LAYERS, with_adapters, write_original_wan_lora, write_wan_adapters
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.errors import UserInputError
 from pipedit.lora.spec import LoraSpec, parse_lora
@@ -25,9 +24,6 @@ from pipedit.runtime.engine import Engine
 
 PROMPT = "a red kite over the dunes"
 HEIGHT, WIDTH, FRAMES, STEPS, SEED, GUIDANCE = 48, 80, 9, 3, 11, 5.0
-PEFT_LAYERS = ["blocks.0.attn1.to_q", "blocks.1.attn1.to_v", "blocks.0.ffn.net.0.proj", "proj_out"]
-ORIGINAL_LAYERS = {"blocks.0.self_attn.q": "blocks.0.attn1.to_q", "blocks.1.cross_attn.o": "blocks.1.attn2.to_out.0",
-                   "blocks.1.ffn.2": "blocks.1.ffn.net.2"}
 SCALES = (0.7, 1.3)
 
 
@@ -43,31 +39,15 @@ def checkpoint(tmp_path_factory):
     return _write_checkpoint(tmp_path_factory)
 
 
-def write_adapters(checkpoint, folder):
-    from diffusers import WanTransformer3DModel
-
-    model = WanTransformer3DModel.from_pretrained(checkpoint / "transformer")
-    return (write_peft_lora(folder / "style.safetensors", model, PEFT_LAYERS, rank=3, alpha=5, seed=1),
-            write_original_wan_lora(folder / "distill.safetensors", model, ORIGINAL_LAYERS, rank=2, alpha=7, seed=2))
-
-
 @pytest.fixture(scope="module")
 def adapters(checkpoint, tmp_path_factory):
-    return write_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
 
 
 def _reference(checkpoint, adapters=(), scales=(), into_both=False):
     from diffusers import WanPipeline
 
-    pipe = WanPipeline.from_pretrained(checkpoint)
-    pipe.set_progress_bar_config(disable=True)
-    names = [f"a{i}" for i in range(len(adapters))]
-    for name, path in zip(names, adapters):
-        pipe.load_lora_weights(str(path), adapter_name=name)
-        if into_both:
-            pipe.load_lora_weights(str(path), adapter_name=name, load_into_transformer_2=True)
-    if names:
-        pipe.set_adapters(names, list(scales))
+    pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, scales, into_both)
     return pipe(prompt=PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
                 guidance_scale=GUIDANCE, output_type="latent",
                 generator=torch.Generator("cpu").manual_seed(SEED)).frames
@@ -106,7 +86,7 @@ def test_fused_adapters_equal_unfused(checkpoint, adapters, reference):
 
 def test_a14b_adapter_on_both_experts_equals_diffusers(tmp_path_factory):
     checkpoint = _write_checkpoint(tmp_path_factory, "a14b")
-    adapters = write_adapters(checkpoint, tmp_path_factory.mktemp("a14b-loras"))
+    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("a14b-loras"))
     reference = _reference(checkpoint, adapters[1:], [0.9], into_both=True)
     ours = _ours(checkpoint, [f"{adapters[1]}:0.9:both"])
     assert _relative(ours, reference) <= 1e-4
@@ -166,7 +146,7 @@ def test_a_diff_b_missing_on_some_layers_means_no_bias_delta_there(checkpoint, t
     from safetensors.torch import load_file, save_file
 
     model = WanTransformer3DModel.from_pretrained(checkpoint / "transformer")
-    path = write_original_wan_lora(tmp_path / "partial.safetensors", model, ORIGINAL_LAYERS, rank=2, alpha=7, seed=4)
+    path = write_original_wan_lora(tmp_path / "partial.safetensors", model, WAN_ORIGINAL_LAYERS, rank=2, alpha=7, seed=4)
     tensors = load_file(str(path))
     tensors["diffusion_model.blocks.1.ffn.2.diff_b"].zero_()
     save_file(tensors, str(path))

@@ -116,3 +116,23 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file
     scale = reference.abs().max().item()
     assert latents.shape == reference.shape and scale > 0.1
     assert (latents - reference).abs().max().item() <= 1e-4 * scale
+
+
+@pytest.mark.slow
+def test_two_lora_adapters_under_ulysses_equal_diffusers(ray_session, checkpoint, tmp_path_factory, tmp_path):
+    """Two adapters (diffusers/PEFT form on proj_out among others, which the shard plan gathers;
+    Wan's original form with diff_b) at scales 0.7 and 1.3, injected on each rank before the plan,
+    against WanPipeline.load_lora_weights + set_adapters on one device (tests/lora: one rank)."""
+    from diffusers import WanPipeline
+
+    from lora_files import with_adapters, write_wan_adapters
+
+    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+    pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, [0.7, 1.3])
+    reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                     num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
+                     generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+    latents = generated_latents(checkpoint, tmp_path, CASE, ["--ulysses", "2", "--guidance-scale", str(GUIDANCE),
+                                                             "--lora", f"{adapters[0]}:0.7", "--lora", f"{adapters[1]}:1.3"])
+    scale = reference.abs().max().item()
+    assert (latents - reference).abs().max().item() <= 1e-4 * scale
