@@ -50,3 +50,20 @@ def test_a_bad_scale_on_the_command_line_names_the_flag(demo_checkpoint, tmp_pat
     with pytest.raises(SystemExit):
         main(["generate", "--prompt", "x", "--model-path", str(demo_checkpoint), "--lora", "a.safetensors:lots:both"])
     assert "--lora" in capsys.readouterr().err
+
+
+def test_a_kohya_form_file_fails_the_start_naming_the_file(demo_checkpoint, tmp_path):
+    """diffusers 0.42.1's HunyuanVideo loader converts no kohya form: its converter misreads such a
+    file (rank 2: it cannot split the matrices; rank 3: keys that match no layer)."""
+    from safetensors.torch import save_file
+
+    from pipedit.adapter import load_adapter
+    from pipedit.errors import UserInputError
+    from pipedit.lora.spec import LoraSpec
+
+    path = tmp_path / "kohya.safetensors"
+    for rank, message in ((2, "could not be read as a LoRA"), (3, "its key .*lora_unet_.* matches no layer")):
+        save_file({"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.zeros(rank, 64),
+                   "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.zeros(192, rank)}, str(path))
+        with pytest.raises(UserInputError, match=f"LoRA file .*kohya.safetensors.*{message}"):
+            load_adapter(demo_checkpoint, parts={"dit"}, loras=(LoraSpec(str(path)),))

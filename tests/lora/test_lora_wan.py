@@ -18,7 +18,7 @@ import torch
 from lora_files import WAN_ORIGINAL_LAYERS, with_adapters, write_original_wan_lora, write_wan_adapters
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.errors import UserInputError
-from pipedit.lora.spec import LoraSpec, parse_lora
+from pipedit.lora.spec import parse_lora
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 
@@ -92,21 +92,6 @@ def test_a14b_adapter_on_both_experts_equals_diffusers(tmp_path_factory):
     assert _relative(ours, reference) <= 1e-4
     only_first = _ours(checkpoint, [f"{adapters[1]}:0.9"])  # transformer only, diffusers' default
     assert _relative(only_first, reference) > 1e-3
-
-
-def test_flag_form_parses_path_scale_and_experts():
-    assert parse_lora("a.safetensors") == LoraSpec("a.safetensors", 1.0, "transformer")
-    assert parse_lora("x/a.safetensors:0.5") == LoraSpec("x/a.safetensors", 0.5)
-    assert parse_lora("a.safetensors:2:both") == LoraSpec("a.safetensors", 2.0, "both")
-    assert parse_lora("a.safetensors:transformer_2") == LoraSpec("a.safetensors", 1.0, "transformer_2")
-    with pytest.raises(UserInputError, match="SCALE a number"):
-        parse_lora("a.safetensors:half:both")
-    with pytest.raises(UserInputError, match="finite number"):
-        parse_lora("a.safetensors:nan")
-    with pytest.raises(UserInputError, match="experts must be one of"):
-        ModelConfig(lora=[{"path": "a.safetensors", "experts": "second"}])
-    with pytest.raises(UserInputError, match="fuse_loras needs adapters"):
-        ModelConfig(fuse_loras=True)
 
 
 def _load(checkpoint, *loras, **options):
