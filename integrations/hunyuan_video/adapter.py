@@ -65,7 +65,7 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
-                        fuse_loras=False):
+                        fuse_loras=False, named_loras=()):
         """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
         auto, on or off (see _set_tiling); loras go into the transformer before the attention
         processors (pipedit.lora.inject)."""
@@ -81,10 +81,10 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
-        if loras and "transformer" in components:
+        if (loras or named_loras) and "transformer" in components:
             from pipedit.lora.inject import apply_loras
 
-            apply_loras(components, cls.family, loras, fuse_loras)
+            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, vae_tiling)
 
     @property

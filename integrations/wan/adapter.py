@@ -78,7 +78,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto",
-                        idle_expert="resident", loras=(), fuse_loras=False):
+                        idle_expert="resident", loras=(), fuse_loras=False, named_loras=()):
         """dtype None loads each component as diffusers' pipeline does by default. Wan decodes
         untiled, as WanPipeline does by default (vae_tiling auto or off). idle_expert (two-expert
         checkpoints, denoise ranks): resident or offload (experts.py). loras go into the experts
@@ -92,7 +92,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         index = read_model_index(path)
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         layout = WanLayout.read(path, index, configs["transformer"])
-        if loras and idle_expert == "offload" and layout.two_experts:
+        if (loras or named_loras) and idle_expert == "offload" and layout.two_experts:
             raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
                                  "copy is its checkpoint files); use idle_expert resident")
         # Offload (on a GPU): the idle expert never occupies the device, even while loading.
@@ -111,10 +111,10 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
                 idle = module, mapped(folder, module)
             components["transformer_2"] = idle[0]
             expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
-        if loras and "transformer" in components:
+        if (loras or named_loras) and "transformer" in components:
             from pipedit.lora.inject import apply_loras
 
-            apply_loras(components, cls.family, loras, fuse_loras)
+            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
 
     def _boundary_timestep(self) -> float | None:

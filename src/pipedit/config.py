@@ -42,6 +42,11 @@ class ModelConfig:
     lora: tuple = ()
     # Merge model.lora into the DiT's weights at load (no per-step cost; the adapters cannot be changed).
     fuse_loras: bool = False
+    # Adapters requests choose by name (VideoRequest.loras): {NAME: PATH} or {NAME: {path, scale,
+    # experts}}, the scale being the name's default; read once at start, held as ((name, LoraSpec), ...).
+    loras: tuple = ()
+    # Named adapters whose weights stay on the GPU; the least recently used go back to host memory.
+    max_gpu_loras: int = 4
 
     def __post_init__(self):
         from .lora.spec import lora_specs
@@ -50,7 +55,12 @@ class ModelConfig:
             raise UserInputError(f"model.compile must be true or false, got {self.compile!r}")
         if not isinstance(self.fuse_loras, bool):
             raise UserInputError(f"model.fuse_loras must be true or false, got {self.fuse_loras!r}")
+        from .lora.spec import named_loras
+
         object.__setattr__(self, "lora", lora_specs(self.lora))
+        object.__setattr__(self, "loras", named_loras(self.loras))
+        if not _is_int(self.max_gpu_loras) or self.max_gpu_loras < 1:
+            raise UserInputError(f"model.max_gpu_loras must be an integer >= 1, got {self.max_gpu_loras!r}")
         if self.fuse_loras and not self.lora:
             raise UserInputError("model.fuse_loras needs adapters to fuse: give model.lora (--lora PATH[:SCALE])")
         if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans

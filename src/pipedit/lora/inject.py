@@ -40,27 +40,57 @@ def lora_mixin(entry):
     return entry.load(entry.lora)
 
 
-def apply_loras(components: dict, family: str, specs: tuple[LoraSpec, ...], fuse: bool = False) -> None:
-    """On a rank that loaded `family`'s DiT, right after loading: injects `specs` into the transformers among `components` (in order, adapter i named
-    `lora{i}`), each weighted by its scale; `fuse`: merged into the weights and the peft layers
-    removed (the modules are plain again: no per-step cost, no switching)."""
-    if not specs:
-        return
+def run_adapter(index: int) -> str:
+    """The peft adapter name of the run's adapter `index` (model.lora)."""
+    return f"lora{index}"
+
+
+def named_adapter(name: str) -> str:
+    """The peft adapter name of the server's adapter `name` (model.loras)."""
+    return f"named_{name}"
+
+
+def apply_loras(components: dict, family: str, specs: tuple[LoraSpec, ...], fuse: bool = False,
+                named: tuple[tuple[str, LoraSpec], ...] = ()) -> None:
+    """On a rank that loaded `family`'s DiT, right after loading: injects the run's `specs` into
+    the transformers among `components`, each weighted by its scale; `fuse`: merged into the
+    weights and their peft layers removed (no per-step cost). Then the server's `named`
+    adapters, loaded inactive (pipedit.lora.switch activates a request's)."""
+    if specs:
+        _apply_run_adapters(components, family, specs, fuse)
+    if named:
+        _load_named(components, family, named)
+
+
+def _load_named(components: dict, family: str, named) -> None:
     from ..families import family as family_entry
 
-    entry = family_entry(family)
-    mixin = lora_mixin(entry)
+    mixin = lora_mixin(family_entry(family))
+    for name, spec in named:
+        for target in _targets(spec, mixin, components, family):
+            load_adapter_into(components[target], mixin, spec, named_adapter(name))
+
+
+def _targets(spec: LoraSpec, mixin, components: dict, family: str) -> tuple[str, ...]:
     loadable = tuple(mixin._lora_loadable_modules)
+    for target in spec.targets:
+        if target not in loadable:
+            raise UserInputError(f"{spec.path}: {family} takes LoRA adapters into {', '.join(loadable)}, "
+                                 f"not {target} (experts {spec.experts!r})")
+        if target not in components:
+            raise UserInputError(f"{spec.path}: this {family} checkpoint has no {target} (experts "
+                                 f"{spec.experts!r}); it has {', '.join(t for t in loadable if t in components)}")
+    return spec.targets
+
+
+def _apply_run_adapters(components: dict, family: str, specs, fuse: bool) -> None:
+    from ..families import family as family_entry
+
+    mixin = lora_mixin(family_entry(family))
     chosen: dict[str, list[tuple[str, float]]] = {}
     for index, spec in enumerate(specs):
-        for target in spec.targets:
-            if target not in loadable:
-                raise UserInputError(f"{spec.path}: {entry.name} takes LoRA adapters into {', '.join(loadable)}, "
-                                     f"not {target} (experts {spec.experts!r})")
-            if target not in components:
-                raise UserInputError(f"{spec.path}: this {entry.name} checkpoint has no {target} (experts "
-                                     f"{spec.experts!r}); it has {', '.join(t for t in loadable if t in components)}")
-            name = f"lora{index}"
+        for target in _targets(spec, mixin, components, family):
+            name = run_adapter(index)
             load_adapter_into(components[target], mixin, spec, name)
             chosen.setdefault(target, []).append((name, spec.scale))
     for target, adapters in chosen.items():

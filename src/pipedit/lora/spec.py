@@ -9,6 +9,7 @@ do)."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -86,3 +87,58 @@ def _spec(entry, called: str) -> LoraSpec:
             raise UserInputError(f"{called} entry {entry!r}: expected keys path (required), scale, experts")
         return LoraSpec(**entry)
     raise UserInputError(f"{called} entry {entry!r}: expected PATH[:SCALE[:EXPERTS]] or {{path, scale, experts}}")
+
+
+# -- adapters a server offers by name (model.loras) and a request's choice of them ---------------
+NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def named_loras(value, called: str = "model.loras") -> tuple[tuple[str, LoraSpec], ...]:
+    """config `model.loras`: {NAME: PATH} or {NAME: {path, scale, experts}} -> ((name, spec), ...);
+    a spec's scale is the name's default scale."""
+    if value is None:
+        return ()
+    if isinstance(value, (tuple, list)) and all(isinstance(e, tuple) and len(e) == 2 for e in value):
+        value = dict(value)  # already normalised (a copy of a config)
+    if not isinstance(value, dict):
+        raise UserInputError(f"{called} must map adapter names to files (NAME: PATH or NAME: {{path, scale, "
+                             f"experts}}), got {value!r}")
+    found = []
+    for name, entry in value.items():
+        if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
+            raise UserInputError(f"{called}: adapter name {name!r} must be 1 to 64 letters, digits, _ or -")
+        spec = entry if isinstance(entry, LoraSpec) else LoraSpec(entry) if isinstance(entry, str) else \
+            _spec(entry, f"{called}.{name}")
+        found.append((name, spec))
+    return tuple(found)
+
+
+def request_loras(value, offered: tuple[tuple[str, LoraSpec], ...] | None = None,
+                  error: type[UserInputError] = UserInputError) -> tuple[tuple[str, float | None], ...]:
+    """A request's `loras`: [{"name": NAME, "scale": S}, ...] (scale left out: the name's default
+    from `offered`; without `offered` it stays None) -> ((name, scale), ...). With `offered`, a name
+    the server does not offer is refused naming the offered ones; a name given twice is refused."""
+    if value is None:
+        return ()
+    if isinstance(value, (str, dict)) or not isinstance(value, (list, tuple)):
+        raise error(f"loras must be a list of {{\"name\": NAME, \"scale\": S}}, got {value!r}")
+    defaults = dict(offered) if offered is not None else None
+    chosen: list[tuple[str, float]] = []
+    for entry in value:
+        if isinstance(entry, tuple) and len(entry) == 2:
+            entry = {"name": entry[0], "scale": entry[1]}
+        if not isinstance(entry, dict) or set(entry) - {"name", "scale"} or not isinstance(entry.get("name"), str):
+            raise error(f"loras entry {entry!r}: expected {{\"name\": NAME, \"scale\": S}} (scale optional)")
+        name, scale = entry["name"], entry.get("scale")
+        if defaults is not None and name not in defaults:
+            names = ", ".join(defaults) or "none (this server offers no adapters)"
+            raise error(f"loras: {name!r} is not an adapter this server offers; offered: {names}")
+        if scale is None and defaults is not None:
+            scale = defaults[name].scale
+        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
+                                  or not math.isfinite(scale)):
+            raise error(f"loras: the scale of {name!r} must be a finite number, got {scale!r}")
+        if any(name == other for other, _ in chosen):
+            raise error(f"loras: {name!r} is named twice")
+        chosen.append((name, None if scale is None else float(scale)))
+    return tuple(chosen)

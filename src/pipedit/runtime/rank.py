@@ -21,6 +21,7 @@ from ..distributed.spawn import free_tcp_port
 from ..errors import UserInputError
 from ..images import load_image
 from ..logs import quiet_libraries
+from ..lora.switch import resolve as resolve_loras
 from ..request import VideoRequest
 from .layout import WorldLayout
 from .split_decode import DecodeGroup, make_decode_group
@@ -85,7 +86,7 @@ class RankWorker:
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
                                     text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert,
-                                    loras=model.lora, fuse_loras=model.fuse_loras)
+                                    loras=model.lora, fuse_loras=model.fuse_loras, named_loras=model.loras)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         import torch.distributed as dist
@@ -110,6 +111,7 @@ class RankWorker:
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
         check_inputs(self.adapter, **request.field_values())
+        resolve_loras(self.config.model, request)  # before any rank spends time on it
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
         with self._encode_stream():

@@ -14,6 +14,7 @@ from .. import faults
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
+from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
 from .rank import RankWorker
@@ -43,6 +44,7 @@ class DenoiseWorker(RankWorker):
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
         self.cache = WorkerCache(self.adapter, groups, on_skip)
+        self.loras = RankLoras(self.adapter.components, self.config.model, self.device)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
@@ -93,6 +95,7 @@ class DenoiseWorker(RankWorker):
     # -- one request ----------------------------------------------------------------------
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
+        self.loras.activate(request)  # every denoise rank, from the request: in lockstep
         cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
