@@ -136,3 +136,40 @@ def test_two_lora_adapters_under_ulysses_equal_diffusers(ray_session, checkpoint
                                                              "--lora", f"{adapters[0]}:0.7", "--lora", f"{adapters[1]}:1.3"])
     scale = reference.abs().max().item()
     assert (latents - reference).abs().max().item() <= 1e-4 * scale
+
+
+@pytest.mark.slow
+def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_session, checkpoint, tmp_path_factory):
+    """Named adapters (model.loras) on Ulysses 2 + a decode rank: requests alternating A (both
+    adapters), none, B, A, each against WanPipeline with that request's own adapters. Both denoise
+    ranks take the set from the request they begin; the decode rank decodes request k while k+1
+    denoises with another set."""
+    from diffusers import WanPipeline
+
+    from lora_files import with_adapters, write_wan_adapters
+    from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
+    from pipedit.request import VideoRequest
+    from pipedit.runtime.engine import Engine
+
+    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("named"))
+
+    def reference(chosen, scales):
+        pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), chosen, scales)
+        return pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                    num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
+                    generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+
+    def request(*loras):
+        return VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                            steps=CASE.steps, seed=CASE.seed, guidance_scale=GUIDANCE, loras=loras)
+
+    a = ("style", 0.7), ("distill", 1.3)
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras={"style": str(adapters[0]),
+                                                                          "distill": str(adapters[1])}),
+                          parallel=ParallelConfig(ulysses=2, decode_ranks=1))
+    with Engine(config) as engine:
+        results = list(engine.generate_many([request(*a), request(), request(("distill", 0.6)), request(*a)]))
+    both = reference(adapters, [0.7, 1.3])
+    expected = [both, reference((), ()), reference(adapters[1:], [0.6]), both]
+    for result, latents in zip(results, expected):
+        assert (result.latents - latents).abs().max().item() <= 1e-4 * latents.abs().max().item()
