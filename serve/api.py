@@ -8,16 +8,21 @@ from typing import Literal
 
 from fastapi import APIRouter, Depends, FastAPI, Query, Request
 from fastapi.concurrency import run_in_threadpool
-from fastapi.responses import FileResponse, JSONResponse, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from sqlalchemy.exc import IntegrityError
+from starlette.formparsers import MultiPartException, MultiPartParser
 
 from .access import VideoAccess
 from .admission import Caller
 from .errors import ApiError
+from .downloads import video_response
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
-                          is_loopback)
-from . import reference
+                          is_loopback, unreadable_form)
+from . import idempotency, reference
+from .headers import SecurityHeaders, add_docs
 from .jobs import JobService
+from .params import bad_text
 from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
@@ -42,21 +47,27 @@ _CREATE_BODY = {"requestBody": {"required": True, "content": {
 
 def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *,
               admin_keys: tuple[str, ...] | list[str] = (), host: str | None = "127.0.0.1",
-              allowed_hosts: tuple[str, ...] | list[str] = ()) -> FastAPI:
+              allowed_hosts: tuple[str, ...] | list[str] = (), docs: bool = False) -> FastAPI:
     """The app over `service`. `api_keys`: accepted Bearer keys (none: no authentication; every
     caller sees every job); `admin_keys` (also in api_keys) see every key's jobs. `host`: the
     address the server is bound to (serve.host; default loopback): on loopback only loopback Host
     names and `allowed_hosts` are answered. The body cap is service.limits.max_body_bytes; a
-    multipart create's (it may upload an input_reference image) is max_upload_bytes."""
+    multipart create's (it may upload an input_reference image) is max_upload_bytes. `docs`:
+    serve Swagger UI at /docs (serve.docs; its script comes from a CDN, see headers.py)."""
     if not set(admin_keys) <= set(api_keys):
         raise ValueError("admin_keys must also be api_keys")
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
-                  default_response_class=SafeJSONResponse)
+                  default_response_class=SafeJSONResponse, docs_url=None, redoc_url=None)
+    if docs:
+        add_docs(app)
     install_error_handlers(app)
     limits = service.limits
     app.add_middleware(RequestGuard, max_body_bytes=getattr(limits, "max_body_bytes", 1 << 20),
                        loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts),
-                       max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",))
+                       max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",),
+                       **{name: getattr(limits, name) for name in ("body_timeout_s", "body_min_rate", "linger_s")
+                          if hasattr(limits, name)})
+    app.add_middleware(SecurityHeaders, docs=docs)  # outermost: the guard's refusals carry the headers too
     auth = bearer_check(tuple(api_keys), tuple(admin_keys))
     app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
 
@@ -79,12 +90,31 @@ def _videos(service: JobService, auth) -> APIRouter:
     access = VideoAccess(service)
 
     @router.post("", response_model=Video, openapi_extra=_CREATE_BODY)
-    async def create_video(request: Request, caller: Caller = Depends(auth)) -> Video:
+    async def create_video(request: Request, response: Response, caller: Caller = Depends(auth)) -> Video:
+        retry_key = idempotency.key_of(request.headers)
+        job_id = idempotency.job_id_for(caller.client, retry_key) if retry_key else None
+        earlier = await run_in_threadpool(service.store.get, job_id) if job_id else None
+        if earlier is None:
+            # Admission first: a full queue answers 429 before the body is read, parsed or its image
+            # decoded (create checks again as it adds the row: this is the early, cheap refusal).
+            await run_in_threadpool(service.admission.check, caller.client)
         fields, image = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
         params = VideoCreateParams.model_validate(fields)
         # The key goes to the service only when keys are configured (caller.client is its digest).
         key = bearer_token(request.headers) if caller.client is not None else None
-        return await run_in_threadpool(service.create, params, key, image)
+        if retry_key is None:
+            return await run_in_threadpool(service.create, params, key, image)
+        digest = idempotency.request_digest(params.given(), image)
+        if earlier is None:
+            try:
+                return await run_in_threadpool(service.create, params, key, image, job_id=job_id, request_digest=digest)
+            except IntegrityError:  # the same key's create won a moment ago (a parallel retry, another replica)
+                earlier = await run_in_threadpool(service.store.get, job_id)
+                if earlier is None:
+                    raise
+        idempotency.check_same_request(earlier.params, digest, retry_key, job_id)
+        response.headers["Idempotent-Replayed"] = "true"
+        return await run_in_threadpool(service.get, job_id)  # as it is now
 
     @router.get("", response_model=VideoList)
     def list_videos(limit: int = Query(20), order: Literal["asc", "desc"] = "desc", after: str | None = None,
@@ -96,10 +126,11 @@ def _videos(service: JobService, auth) -> APIRouter:
         return access.get(video_id, caller)
 
     @router.get("/{video_id}/content", response_class=FileResponse,
-                responses={200: {"content": {"video/mp4": {}}, "description": "The mp4"}})
-    def download_video(video_id: str, variant: Literal["video"] = "video", caller: Caller = Depends(auth)):
-        return FileResponse(access.content_path(video_id, caller), media_type="video/mp4",
-                            filename=f"{video_id}.mp4")
+                responses={200: {"content": {"video/mp4": {}}, "description": "The mp4 (206: the byte range asked)"}})
+    def download_video(request: Request, video_id: str, variant: Literal["video"] = "video",
+                       caller: Caller = Depends(auth)):
+        # Opened here, before any byte is answered: a delete or sweep from now on cannot cut it.
+        return video_response(access.content_path(video_id, caller), video_id, request.headers.get("range"))
 
     @router.delete("/{video_id}", response_model=VideoDeleted)
     def delete_video(video_id: str, caller: Caller = Depends(auth)):
@@ -129,14 +160,32 @@ async def _body(request: Request, max_part_bytes: int) -> tuple[dict, bytes | No
     return body, None if value is None else reference.from_json(value)
 
 
+class _Utf8FormParser(MultiPartParser):
+    """Starlette's multipart parser, except that a text field whose bytes are not UTF-8 (the
+    default charset of form data) is refused naming the field, as the JSON route refuses bad text;
+    starlette would read those bytes as Latin-1 and the job would store mojibake.
+    Hazard: overrides MultiPartParser.on_part_end and reads its _current_part and _charset
+    (starlette 1.10); tests/serve/test_hostile_input.py fails if an upgrade changes them."""
+
+    def on_part_end(self) -> None:
+        part = self._current_part
+        if part.file is None and self._charset == "utf-8":
+            try:
+                bytes(part.data).decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise bad_text(part.field_name, f"is not UTF-8 text (byte 0x{part.data[error.start]:02x} at byte "
+                                                f"{error.start}): send multipart form fields as UTF-8") from None
+        super().on_part_end()
+
+
 async def _form(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None]:
     """`max_part_bytes`: the most one part may hold (a data URL field too); the whole body is
     capped before this by RequestGuard (serve.max_upload_bytes)."""
+    parser = _Utf8FormParser(request.headers, request.stream(), max_part_size=max_part_bytes)
     try:
-        form = await request.form(max_part_size=max_part_bytes)
-    except ValueError:  # e.g. a field that is not UTF-8
-        raise ApiError(400, "the multipart/form-data body cannot be read: send UTF-8 fields",
-                       code="invalid_body") from None
+        form = await parser.parse()
+    except MultiPartException as error:
+        raise unreadable_form(error.message) from None
     try:
         files = {key: value for key, value in form.multi_items() if not isinstance(value, str)}
         fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}

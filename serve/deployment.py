@@ -23,6 +23,7 @@ from pipedit import faults
 from pipedit.config import EngineConfig, load_config
 
 APP_NAME = "pipedit"
+SHUTDOWN_MARGIN_S = 15.0  # a replica's shutdown beyond its grace period: closing the engine and the store
 
 
 def engine_ranks(config: EngineConfig) -> int:
@@ -64,6 +65,7 @@ class PipeditServer:
         from .service import data_dir_for, limits_for, open_service
 
         self.config = config
+        _replica_grpc_on_loopback()
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
                                     limits=limits_for(config), owner=_replica_owner())
         # The queue is the shared store's (the engine holds at most one waiting job per replica).
@@ -74,13 +76,39 @@ class PipeditServer:
 
         serve = self.config.serve
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
-                         allowed_hosts=serve.allowed_hosts)
+                         allowed_hosts=serve.allowed_hosts, docs=serve.docs)
 
     def __del__(self):
-        # Serve calls this on shutdown: unfinished jobs stay in the store for the next start.
+        # Serve calls this when the app is deleted (pipedit serve stopping on SIGTERM or Ctrl-C):
+        # running jobs may finish within serve.stop_grace_s; the rest go back to the store's queue.
         service = getattr(self, "service", None)
         if service is not None:
-            service.shutdown()
+            service.shutdown(grace_s=self.config.serve.stop_grace_s)
+
+
+def _replica_grpc_on_loopback() -> None:
+    """Ray Serve 2.60 opens each replica's inter-deployment gRPC server on every interface
+    ("[::]:0" in ray/serve/_private/replica.py), whatever the node's address. On an instance of
+    our own, whose node address is loopback (pipedit.runtime.ray_instance), it is bound there like
+    the rest of Ray. Hazard: replaces a private name of Ray's in this replica's process, before
+    the replica opens that server (right after this constructor returns);
+    tests/serve/test_serve_startup.py lists every address the server listens on."""
+    import ipaddress
+
+    import ray
+    from ray.serve._private import replica
+
+    node = ray.util.get_node_ip_address()
+    real = replica.add_port_to_grpc_server
+    if not ipaddress.ip_address(node).is_loopback or getattr(real, "on_loopback", False):
+        return
+
+    def on_node_address(server, address: str):
+        host, _, port = address.rpartition(":")
+        return real(server, f"{node}:{port}" if host in ("[::]", "0.0.0.0") else address)
+
+    on_node_address.on_loopback = True
+    replica.add_port_to_grpc_server = on_node_address
 
 
 def _replica_owner() -> str | None:
@@ -97,8 +125,11 @@ def _replica_owner() -> str | None:
 
 def build_application(config: EngineConfig):
     options = deployment_options(config)
+    # Serve kills a replica whose shutdown takes longer than graceful_shutdown_timeout_s: room for
+    # the grace period, then closing the engine (its rank actors).
     return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=config.serve.num_replicas,
-                            max_ongoing_requests=256, **options).bind(config)
+                            max_ongoing_requests=256, graceful_shutdown_timeout_s=config.serve.stop_grace_s + SHUTDOWN_MARGIN_S,
+                            **options).bind(config)
 
 
 def app_builder(args: dict):

@@ -1,11 +1,13 @@
 """The job service's engine side: takes jobs from the store for its engine loop, keeps their
 leases, and turns the engine's events and outcomes into job rows and mp4 files.
 
-Threads: the engine's loop thread calls `on_event` (fast: one row update); a collector thread
-takes each finished request's outcome from the engine and writes its mp4, so file I/O never
-stalls the engine; a dispatcher thread claims jobs when the engine has room, renews the leases
-of the jobs it runs, re-queues jobs of replicas that died and sweeps expired jobs (retention)
-and stale temporary files (sweeper.py).
+Threads: the engine's loop thread calls `on_event`, which never touches the store (progress.py
+writes the progress rows on a thread of its own, coalescing or dropping them while the store is
+locked or full); a collector thread takes each finished request's outcome from the engine and
+writes its mp4, so file I/O never stalls the engine; a dispatcher thread claims jobs when the
+engine has room, renews the leases of the jobs it runs, retries final states the store could not
+take, re-queues jobs of replicas that died and sweeps expired jobs (retention) and stale
+temporary files (sweeper.py).
 
 Failures: a job runs at most `max_attempts` times (each claim is one; a run ends without a
 result when its replica dies or stalls and the lease lapses), then it fails with the cause
@@ -17,6 +19,9 @@ Invariants:
   re-queues it;
 - a final status (completed, failed, cancelled) is never overwritten, neither by a late event
   nor by a late result of an attempt whose lease lapsed;
+- a final status is never dropped: when the store cannot take it (locked, disk full) it is kept
+  and written again until it is recorded, the job held (its lease renewed) meanwhile, or until
+  the attempt is no longer ours (deleted, or re-queued after the lease lapsed: it runs again);
 - every request submitted to the engine has its outcome taken (`engine.wait`), also when its
   job was deleted or lost meanwhile: the engine keeps no decoded video for nobody.
 """
@@ -29,15 +34,17 @@ import threading
 import time
 from collections.abc import Callable
 
+from sqlalchemy.exc import DBAPIError
+
 from pipedit.errors import UserInputError
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.video import VideoWriteError, encode_mp4, publish
 
 from .admission import Admission
-from .store import JobRecord, JobStore
+from .progress import ProgressWriter
+from .store import UNFINISHED, UNREADABLE, JobRecord, JobStore
 from .sweeper import FileSweeper
-from .views import event_fields
 
 _log = logging.getLogger(__name__)
 CLAIM_POLL_S = 0.5  # how often an idle replica looks for jobs other replicas admitted
@@ -60,27 +67,47 @@ class Dispatcher:
         self.ours: dict[str, int] = {}  # job id -> the attempt this replica runs
         self.claimed_at: dict[str, float] = {}  # job id -> when submitted; until its outcome is taken
         self.finished: queue.Queue[str] = queue.Queue()
+        # job id -> (attempt, the final fields the store could not take yet); such jobs stay in `ours`
+        self.unrecorded: dict[str, tuple[int, dict]] = {}
+        self.progress = ProgressWriter(store, owner)
         self.wake = threading.Event()  # set: look for work now
         self.closing = threading.Event()
+        self.draining = threading.Event()  # set: claim no new job (the replica is stopping)
         self.threads = [threading.Thread(target=self._collect, name="pipedit-jobs", daemon=True),
                         threading.Thread(target=self._dispatch, name="pipedit-claims", daemon=True)]
         self._remove_listener = None
 
     def start(self) -> None:
         self._remove_listener = self.engine.add_listener(self.on_event)
+        self.progress.start()
         for thread in self.threads:
             thread.start()
 
-    def close(self) -> None:
-        """Stops claiming, listening and collecting, and hands the jobs it holds back to the queue."""
+    def close(self, grace_s: float = 0.0) -> None:
+        """Stops claiming; lets the jobs it runs finish (and their results be recorded) for up to
+        `grace_s` seconds; then stops listening and collecting, and hands the jobs it still holds
+        back to the queue."""
+        self.draining.set()
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                if not self.ours:
+                    break
+            time.sleep(0.1)
         self._remove_listener()
         self.closing.set()
         self.wake.set()
         for thread in self.threads:
             thread.join(timeout=30)
+        self.progress.close()
+        self._record_unrecorded()  # a last try; what still fails runs again once its lease lapses
         with self.lock:
             self.ours.clear()
-        self.store.release(self.owner)
+        try:
+            self.store.release(self.owner)
+        except DBAPIError as error:  # locked or full: their leases lapse instead, and they run again
+            _log.error("could not hand this replica's jobs back to the queue (%s); they run again once their "
+                       "leases lapse (%.0f s)", error.orig, self.lease_s)
 
     def holds(self, video_id: str) -> bool:
         return video_id in self.ours
@@ -103,8 +130,10 @@ class Dispatcher:
         beat_every = self.lease_s / 4
         sweep_every = self.sweeper.every_s
         next_beat, next_sweep = 0.0, time.monotonic() + min(sweep_every, 1.0)
+        failing = None  # the error of the last pass, logged once while it repeats
         while not self.closing.is_set():
             try:
+                self._record_unrecorded()
                 if time.monotonic() >= next_beat:
                     next_beat = time.monotonic() + beat_every
                     self._heartbeat()
@@ -113,8 +142,11 @@ class Dispatcher:
                     next_sweep = time.monotonic() + sweep_every
                     self.sweeper.sweep()
                 self._take_jobs()
-            except Exception:  # noqa: BLE001 - e.g. the database restarting; try again shortly
-                _log.exception("job dispatch failed; retrying")
+                failing = None
+            except Exception as error:  # noqa: BLE001 - e.g. the database restarting or full; try again shortly
+                if str(error) != failing:
+                    _log.exception("job dispatch failed; retrying (said once while it fails the same way)")
+                failing = str(error)
             self.wake.wait(min(CLAIM_POLL_S, beat_every, sweep_every))
             self.wake.clear()
 
@@ -131,13 +163,16 @@ class Dispatcher:
             self.engine.cancel(video_id)
 
     def _take_jobs(self) -> None:
-        while not self.closing.is_set() and self.engine.accepting:
+        while not self.closing.is_set() and not self.draining.is_set() and self.engine.accepting:
             with self.lock:
                 if len(self.ours) >= MAX_HELD or getattr(self.engine, "queue_length", 0) > 0:
                     return
             record = self.store.claim(self.owner, self.lease_s)
             if record is None:
                 return
+            if record.unreadable:  # would fail on every run
+                self.fail(record, record.attempt, UNREADABLE, record.error["message"])
+                continue
             if record.attempt > self.max_attempts:
                 cause = record.extras.get("last_error") or (
                     "its replica stopped renewing the lease (it died or stalled, e.g. killed while running it)")
@@ -164,8 +199,10 @@ class Dispatcher:
 
     # -- engine side ----------------------------------------------------------------------
     def on_event(self, event: RequestEvent) -> None:
-        """On the engine's loop thread (or a submitting thread, for queued): keep it short."""
+        """On the engine's loop thread (or a submitting thread, for queued): never waits for the
+        store (the progress writer takes the row update)."""
         if event.status in _FINAL_EVENTS:
+            self.progress.forget(event.request_id)
             with self.lock:
                 submitted = event.request_id in self.claimed_at
             if submitted:  # also when the job is no longer ours: its outcome must still be taken
@@ -174,10 +211,7 @@ class Dispatcher:
         attempt = self.attempt(event.request_id)
         if attempt is None or event.status is RequestStatus.QUEUED:
             return  # not ours; or QUEUED, which the row already says
-        record = self.store.get(event.request_id)
-        fields = event_fields(event, record) if record is not None else None
-        if fields:
-            self.store.update_owned(record.id, self.owner, attempt, **fields)
+        self.progress.put(attempt, event)
 
     def _collect(self) -> None:
         while not (self.closing.is_set() and self.finished.empty()):
@@ -203,7 +237,8 @@ class Dispatcher:
                 if attempt is not None:
                     self._hand_back(video_id, attempt, f"recording its result failed: {error}")
             with self.lock:
-                self.ours.pop(video_id, None)
+                if video_id not in self.unrecorded:  # else held until its final state is recorded
+                    self.ours.pop(video_id, None)
                 started = self.claimed_at.pop(video_id, None)
             if started is not None and attempt is not None:
                 self.admission.job_finished(time.time() - started)
@@ -218,20 +253,70 @@ class Dispatcher:
         extras = dict(record.extras)
         if isinstance(outcome, RequestFailure):
             if outcome.cancelled:
-                self.store.update_owned(video_id, self.owner, attempt, status="cancelled", error=None,
-                                        extras=dict(extras, stage="cancelled", finished_at=time.time()))
+                self._final(video_id, attempt, status="cancelled", error=None,
+                            extras=dict(extras, stage="cancelled", finished_at=time.time()))
                 return
             # A request error is not retried by the engine; the code keeps the phase it failed in.
             self.fail(record, attempt, f"{outcome.phase}_failed", outcome.message)
             return
         self._complete(record, outcome, extras, attempt)
 
-    def fail(self, record: JobRecord, attempt: int, code: str, message: str) -> bool:
+    def fail(self, record: JobRecord, attempt: int, code: str, message: str) -> bool | None:
         """Ends an attempt this replica owns as failed (final: never run again)."""
         _log.warning("job %s failed (%s): %s", record.id, code, message)
-        return self.store.update_owned(record.id, self.owner, attempt, status="failed",
-                                       error={"code": code, "message": message},
-                                       extras=dict(record.extras, stage="failed", finished_at=time.time()))
+        return self._final(record.id, attempt, status="failed", error={"code": code, "message": message},
+                           extras=dict(record.extras, stage="failed", finished_at=time.time()))
+
+    def _final(self, video_id: str, attempt: int, **fields) -> bool | None:
+        """Writes a final state of this replica's attempt: update_owned's answer, or None when the
+        store could not take it (locked, full): it is then kept, the job held, and written again
+        by the dispatcher thread until it is recorded or the attempt is no longer ours."""
+        try:
+            return self.store.update_owned(video_id, self.owner, attempt, **fields)
+        except DBAPIError as error:
+            _log.error("the final state of job %s (%s) could not be recorded (%s); it is kept and written again "
+                       "until the store takes it", video_id, fields.get("status"), error.orig)
+            with self.lock:
+                self.unrecorded[video_id] = (attempt, fields)
+                self.ours[video_id] = attempt  # its lease is renewed meanwhile
+            return None
+
+    def unrecorded_state(self, video_id: str) -> dict | None:
+        """The final fields of a job this replica could not record yet (None: nothing pending)."""
+        with self.lock:
+            pending = self.unrecorded.get(video_id)
+        return None if pending is None else pending[1]
+
+    def _record_unrecorded(self) -> None:
+        """Writes the kept final states again; each leaves the list once recorded, or once its
+        attempt is no longer ours (deleted: its files go too; re-queued: it runs again)."""
+        with self.lock:
+            kept = dict(self.unrecorded)
+        for video_id, (attempt, fields) in kept.items():
+            try:
+                done = self.store.update_owned(video_id, self.owner, attempt, **fields)
+            except DBAPIError:
+                continue  # still locked or full: next time
+            with self.lock:
+                if self.unrecorded.get(video_id, (None,))[0] == attempt:
+                    del self.unrecorded[video_id]
+                    if self.ours.get(video_id) == attempt:
+                        del self.ours[video_id]
+            if done:
+                _log.info("the final state of job %s (%s) is recorded now", video_id, fields.get("status"))
+            elif self.store.get(video_id) is None:
+                self.sweeper.remove_files(video_id)
+            self.wake.set()
+
+    def _still_ours(self, video_id: str, attempt: int) -> bool:
+        """Whether this replica still holds `attempt` of the job (its lease renewed); when the store
+        takes no write (locked, full), whether the stored lease still holds."""
+        try:
+            return bool(self.store.heartbeat(self.owner, [video_id], self.lease_s))
+        except DBAPIError:
+            record = self.store.get(video_id)
+            return (record is not None and record.owner == self.owner and record.attempt == attempt
+                    and record.status in UNFINISHED and (record.lease_until or 0.0) > time.time())
 
     def _requeue(self, video_id: str, attempt: int, extras: dict) -> bool:
         """This replica's `attempt` of the job back to the queue at once (free for any replica), as
@@ -261,7 +346,7 @@ class Dispatcher:
         now = time.time()
         timings = dict(result.timings, write_s=time.perf_counter() - started, total_s=now - record.created_at)
         with self.lock:
-            if not self.store.heartbeat(self.owner, [record.id], self.lease_s):  # no longer ours
+            if not self._still_ours(record.id, attempt):
                 aside.unlink(missing_ok=True)
                 return
             try:
@@ -270,8 +355,8 @@ class Dispatcher:
                 aside.unlink(missing_ok=True)
                 self.fail(record, attempt, "write_failed", str(error))
                 return
-            done = self.store.update_owned(record.id, self.owner, attempt, status="completed", progress=100,
-                                           completed_at=now, video_file=target.name,
-                                           extras=dict(extras, stage="done", timings=timings, finished_at=now))
-            if not done and self.store.get(record.id) is None:  # deleted while the file was written
+            done = self._final(record.id, attempt, status="completed", progress=100, completed_at=now,
+                               video_file=target.name, extras=dict(extras, stage="done", timings=timings,
+                                                                   finished_at=now))
+            if done is False and self.store.get(record.id) is None:  # deleted while the file was written
                 self.sweeper.remove_files(record.id)

@@ -31,3 +31,13 @@ def invalid(message: str, param: str | None, code: str = "invalid_value") -> Api
 def not_found(video_id: str) -> ApiError:
     return ApiError(404, f"no video with id '{video_id}': list them with GET /v1/videos",
                     param="video_id", code="video_not_found")
+
+
+FULL_RETRY_AFTER_S = 60  # a full disk needs an operator: ask again in a minute
+
+
+def storage_full(why: str) -> ApiError:
+    """507 storage_full: the job store or the videos' disk has no room; nothing was stored."""
+    return ApiError(507, f"the server has no room to store a job: {why}; nothing was stored: retry in "
+                         f"{FULL_RETRY_AFTER_S} s (the Retry-After header), once space is freed",
+                    type="server_error", code="storage_full", headers={"Retry-After": str(FULL_RETRY_AFTER_S)})

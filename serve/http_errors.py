@@ -9,6 +9,7 @@ import hmac
 import ipaddress
 import json
 import logging
+import re
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -21,10 +22,12 @@ from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .admission import EVERYONE, Caller, client_of
-from .errors import ApiError
+from .body import BodyWatch
+from .errors import ApiError, storage_full
+from .store_locks import is_full
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2
@@ -104,13 +107,16 @@ def error_response(error: ApiError) -> JSONResponse:
 
 
 def store_busy(error: DBAPIError) -> ApiError | None:
-    """503 server_busy when the store's error is a lock or capacity wait that ran out (SQLite:
-    another writer held the file past busy_timeout); 503 store_unavailable when the connection
+    """507 storage_full when the store's disk is full; 503 server_busy when the store's error is
+    a lock or capacity wait that ran out (SQLite: another writer held the file past its wait,
+    see store.StoreBusy); 503 store_unavailable when the connection
     to it was lost; None for other errors (bugs: 500)."""
     orig = error.orig
     text = str(orig).lower()
     sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None) or ""
     retry = {"Retry-After": str(BUSY_RETRY_AFTER_S)}
+    if is_full(error):
+        return storage_full(f"the job store's disk is full ({orig})")
     if "database is locked" in text or "database table is locked" in text or "database is busy" in text \
             or sqlstate in _BUSY_SQLSTATES:
         return ApiError(503, f"the job store is busy (another writer holds its lock); nothing was changed: "
@@ -146,13 +152,48 @@ def bearer_check(api_keys: tuple[str, ...], admin_keys: tuple[str, ...] = ()):
         given = credentials.credentials.encode() if credentials is not None else b""
         # compare_digest against every key: the time taken says nothing about which key is near.
         if not any([hmac.compare_digest(given, key) for key in keys]):
-            reason = "missing" if credentials is None else "not valid"
-            raise ApiError(401, f"API key {reason}: send the header 'Authorization: Bearer <key>'",
-                           type="authentication_error", code="invalid_api_key")
+            raise unauthorized(credentials is not None)
         admin = any([hmac.compare_digest(given, key) for key in admins])
         return Caller(client=client_of(credentials.credentials), admin=admin)
 
     return check
+
+
+def unauthorized(key_given: bool) -> ApiError:
+    """401 invalid_api_key, with the challenge RFC 6750 asks of a Bearer-protected route."""
+    reason = "not valid" if key_given else "missing"
+    challenge = 'Bearer realm="pipedit", error="invalid_token"' if key_given else 'Bearer realm="pipedit"'
+    return ApiError(401, f"API key {reason}: send the header 'Authorization: Bearer <key>'",
+                    type="authentication_error", code="invalid_api_key", headers={"WWW-Authenticate": challenge})
+
+
+def header_timeout(timeout_s: float) -> ApiError:
+    """408 header_timeout: the request's headers came too slowly (see header_timeout.py)."""
+    return ApiError(408, f"the request headers did not arrive within {timeout_s:g} s (serve.header_timeout_s); "
+                         f"send them at once", param=None, code="header_timeout")
+
+
+def body_timeout(timeout_s: float, min_rate: int, received: int) -> ApiError:
+    """408 body_timeout: the body came too slowly (see body.py)."""
+    return ApiError(408, f"the request body did not arrive in time: {received:,} bytes came within "
+                         f"{timeout_s:g} s (serve.body_timeout_s) plus one second per {min_rate:,} bytes received "
+                         f"(serve.body_min_rate); send the body as fast as the headers", param="body",
+                    code="body_timeout")
+
+
+def idempotency_key_reused(header: str, key: str, video_id: str) -> ApiError:
+    """409: an Idempotency-Key sent again with another request (see idempotency.py)."""
+    return ApiError(409, f"{header} {key!r} was used for video '{video_id}' with a different request: send a new "
+                         f"key for a new request (a retry must repeat the first request as it was)",
+                    param=header, code="idempotency_key_reused")
+
+
+def unreadable_form(why: str) -> ApiError:
+    """400 invalid_body: a multipart/form-data body that cannot be parsed (no boundary, a part without
+    a name, bytes that are not multipart at all)."""
+    return ApiError(400, f"the multipart/form-data body cannot be read ({why}); send fields as the openai SDK "
+                         f"or curl -F does, e.g. curl -F prompt='a fox' -F input_reference=@first.png",
+                    param="body", code="invalid_body")
 
 
 def is_loopback(host: str | None) -> bool:
@@ -168,17 +209,21 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def _split_host(value: str) -> tuple[str, int | None]:
-    """'Example.com:8000' -> ('example.com', 8000); '[::1]:80' -> ('[::1]', 80); port None if absent."""
-    value = value.strip().lower()
-    if value.startswith("["):
-        name, _, rest = value.partition("]")
-        name += "]"
-        port = rest[1:] if rest.startswith(":") else ""
-    else:
-        name, _, port = value.rpartition(":") if value.count(":") == 1 else (value, "", "")
-    name = name.rstrip(".")
-    return name, int(port) if port.isdigit() else None
+# RFC 3986's host[:port] as a Host header may carry it: a bracketed IPv6 address, or dot-separated
+# labels (a name or IPv4; '_' too, which some internal names use). Nothing else: no userinfo ('@'),
+# no path, nothing after the brackets.
+_HOST = re.compile(r"(?P<name>\[[0-9a-f:.]+\]|[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?"
+                   r"(?:\.[a-z0-9_](?:[a-z0-9_-]*[a-z0-9_])?)*\.?)(?::(?P<port>[0-9]{1,5}))?")
+
+
+def _split_host(value: str) -> tuple[str, int | None] | None:
+    """'Example.com:8000' -> ('example.com', 8000); '[::1]:80' -> ('[::1]', 80); port None if
+    absent; None when `value` is not a host[:port] at all ('[::1].evil.example',
+    'localhost:80@evil.example')."""
+    match = _HOST.fullmatch(value.strip().lower())
+    if match is None:
+        return None
+    return match["name"].rstrip("."), int(match["port"]) if match["port"] else None
 
 
 class RequestGuard:
@@ -192,14 +237,20 @@ class RequestGuard:
     - a body over max_body_bytes (413 body_too_large): at once by Content-Length, and for a chunked
       body as soon as what arrived passes the cap (nothing more is read). A multipart POST to an
       upload route (`upload_paths`: a create, which may carry an input_reference image) is capped
-      at max_upload_bytes instead."""
+      at max_upload_bytes instead;
+    - a body that does not arrive in time (408 body_timeout): `body_timeout_s` from the request's
+      start plus a second per `body_min_rate` bytes received (see body.py).
+    An answer that begins before the body is complete closes the connection after a read of what
+    the client still sends, for at most `linger_s` (body.py), so the client can read it."""
 
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = (),
-                 max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = ()):
+                 max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = (),
+                 body_timeout_s: float = 30.0, body_min_rate: int = 65536, linger_s: float = 5.0):
         self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
+        self.body_timeout_s, self.body_min_rate, self.linger_s = body_timeout_s, body_min_rate, linger_s
         self.max_upload_bytes = max_body_bytes if max_upload_bytes is None else max_upload_bytes
         self.upload_paths = {path.rstrip("/") for path in upload_paths}
-        self.allowed = {_split_host(h)[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
+        self.allowed = {(_split_host(h) or (h.strip().lower(), None))[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
         self.allowed_exact = {h.strip().lower() for h in allowed_hosts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -208,12 +259,16 @@ class RequestGuard:
             return
         headers = Headers(scope=scope)
         cap = self._cap(scope, headers)
+        watch = BodyWatch(receive, send, headers, cap=cap[0], too_large=lambda: self._too_large(
+                              f"passed {cap[0]:,} bytes before it ended", cap),
+                          timeout_s=self.body_timeout_s, min_rate=self.body_min_rate, timed_out=lambda: body_timeout(
+                              self.body_timeout_s, self.body_min_rate, watch.seen), linger_s=self.linger_s)
         refusal = (self._host_refusal(headers) or self._cross_site_refusal(scope["method"], headers)
                    or self._length_refusal(headers, cap))
         if refusal is not None:
-            await error_response(refusal)(scope, receive, send)
+            await error_response(refusal)(scope, watch.receive, watch.send)
             return
-        await self.app(scope, self._capped(receive, cap), send)
+        await self.app(scope, watch.receive, watch.send)
 
     def _cap(self, scope: Scope, headers: Headers) -> tuple[int, str]:
         """The body cap of this request and what the 413 says about it (the setting, a hint)."""
@@ -228,9 +283,13 @@ class RequestGuard:
 
     def _host_refusal(self, headers: Headers) -> ApiError | None:
         host = headers.get("host")
-        if not self.loopback or host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
+        if host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
             return None
-        if _split_host(host)[0] in self.allowed or host.strip().lower() in self.allowed_exact:
+        parsed = _split_host(host)
+        if parsed is None:  # refused whatever the bind: no server name looks like this
+            return ApiError(400, f"Host {host!r} is not a host name or address with an optional port (such as "
+                                 f"localhost:8000 or [::1]:8000)", param="Host", code="host_not_allowed")
+        if not self.loopback or parsed[0] in self.allowed or host.strip().lower() in self.allowed_exact:
             return None
         return ApiError(400, f"Host '{host}' is not accepted: this server listens on loopback and answers only to "
                              f"localhost, 127.0.0.1 and [::1] (any port) and the names in serve.allowed_hosts; "
@@ -267,20 +326,6 @@ class RequestGuard:
         return ApiError(413, f"the request body {what}; this server takes at most {limit:,} bytes {setting}",
                         param="body", code="body_too_large")
 
-    def _capped(self, receive: Receive, cap: tuple[int, str]) -> Receive:
-        seen = 0
-
-        async def capped() -> Message:
-            nonlocal seen
-            message = await receive()
-            if message["type"] == "http.request":
-                seen += len(message.get("body", b""))
-                if seen > cap[0]:  # a chunked body: stop reading; the route answers 413
-                    raise self._too_large(f"passed {cap[0]:,} bytes before it ended", cap)
-            return message
-
-        return capped
-
 
 def _same_origin(origin: str, host: str | None) -> bool:
     """Whether a browser's Origin (scheme://host[:port]) names the server the request's Host names."""
@@ -294,7 +339,10 @@ def _same_origin(origin: str, host: str | None) -> bool:
     if parts.scheme not in ("http", "https") or not parts.hostname:
         return False  # "null" (sandboxed frames, file: pages) and other schemes are foreign
     default = 443 if parts.scheme == "https" else 80
-    host_name, host_port = _split_host(host)
+    parsed = _split_host(host)
+    if parsed is None:
+        return False
+    host_name, host_port = parsed
     origin_name = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
     return origin_name.rstrip(".") == host_name and (origin_port or default) == (host_port or default)
 

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import shutil
 import socket
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from pipedit.config import GenerationDefaults, ServeConfig
@@ -28,7 +30,7 @@ from pipedit.runtime.engine_loop import EngineLoop
 
 from .admission import Admission, client_of
 from .dispatcher import Dispatcher
-from .errors import ApiError, not_found
+from .errors import ApiError, not_found, storage_full
 from .options import create_options
 from .params import ServiceLimits, ShapeValidator, request_values, resolve
 from .schemas import Video, VideoCreateParams, VideoDeleted, VideoList
@@ -37,6 +39,7 @@ from .sweeper import FileSweeper
 from .views import to_video
 
 DEFAULT_LEASE_S = 20.0
+MIN_FREE_BYTES = 64 << 20  # /healthz is degraded while the videos' disk has less free
 
 
 def new_owner_id() -> str:
@@ -62,7 +65,9 @@ class JobService:
         self.admission = Admission(store, limits, replicas)
         self.videos_dir = Path(data_dir) / "videos"
         self.videos_dir.mkdir(parents=True, exist_ok=True)
-        lock = threading.Lock()  # a job's file removal vs. its completion; the dispatcher's jobs
+        # A job's file removal vs. its completion; the dispatcher's jobs. Reentrant: a completion
+        # that holds it may keep its final state for later (Dispatcher._final).
+        lock = threading.RLock()
         self._admit = threading.Lock()
         self.sweeper = FileSweeper(store, self.videos_dir, self.retention, lock)
         self.sweeper.remove_stale_files()  # before this service writes any
@@ -72,18 +77,24 @@ class JobService:
         self.dispatcher.start()
 
     # -- the API --------------------------------------------------------------------------
-    def create(self, params: VideoCreateParams, api_key: str | None = None, image: bytes | None = None) -> Video:
+    def create(self, params: VideoCreateParams, api_key: str | None = None, image: bytes | None = None, *,
+               job_id: str | None = None, request_digest: str | None = None) -> Video:
         """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full.
-        `image`: the input_reference's encoded bytes (image-to-video), stored with the job."""
+        `image`: the input_reference's encoded bytes (image-to-video), stored with the job.
+        `job_id`, `request_digest`: an idempotent create's (see idempotency.py); the store refuses
+        a second row with that id (sqlalchemy IntegrityError)."""
         settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image)
         if not self.healthy():
             raise ApiError(503, "the server is shutting down; retry when /healthz is ok", type="server_error",
                            code="engine_unavailable")
+        if (room := self.low_disk()) is not None:  # a store that is full answers its own write (507)
+            raise storage_full(room)
         client = client_of(api_key)
         with self._admit:  # count and add together, for this process (across replicas see admission.py)
             self.admission.check(client)
-            record = JobRecord(id=f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
-                               params=settings.to_json(), extras={"stage": "queued"}, client=client)
+            stored = dict(settings.to_json(), **({"request_digest": request_digest} if request_digest else {}))
+            record = JobRecord(id=job_id or f"video_{secrets.token_hex(16)}", status="queued", created_at=time.time(),
+                               params=stored, extras={"stage": "queued"}, client=client)
             self.store.add(record, image=image)
         self.dispatcher.wake.set()
         return self.view(record)
@@ -117,11 +128,13 @@ class JobService:
 
     def delete(self, video_id: str) -> VideoDeleted:
         """Cancels the job if it is queued or running, then removes its row and files. A job
-        running on another replica stops there at its next heartbeat (its row is gone)."""
+        running on another replica stops there at its next heartbeat (its row is gone). Of
+        several deletes of one job at once, one removes it and the others get 404."""
         record = self._record(video_id)
         if record.status in UNFINISHED and self.dispatcher.holds(video_id):
             self.engine.cancel(video_id)
-        self.sweeper.delete_job(video_id)
+        if not self.sweeper.delete_job(video_id, request=True):
+            raise not_found(video_id)
         return VideoDeleted(id=video_id)
 
     cancel = delete
@@ -146,25 +159,48 @@ class JobService:
         return create_options(self.model_name, model, self.defaults, self.limits)
 
     def healthy(self) -> bool:
-        """Whether the engine can take work."""
-        return not self.dispatcher.closing.is_set() and self.engine.accepting
+        """Whether the engine can take work (not while the service stops)."""
+        return not self.dispatcher.draining.is_set() and self.engine.accepting
 
     def health(self) -> tuple[str, str | None]:
         """("ok" | "degraded" | "down", reason): degraded while the engine rebuilds its rank group
-        (jobs are still taken and wait in the queue)."""
+        (jobs are still taken and wait in the queue), and while the job store or the videos'
+        disk has no room (creates get 507 storage_full; jobs keep their state until space returns)."""
         if not self.healthy():
             return "down", "the engine cannot take work"
+        room = self.storage_problem()
+        if room is not None:
+            return "degraded", room
         return getattr(self.engine, "health", ("ok", None))
 
-    def close(self) -> None:
-        """Stops claiming, listening and collecting, and hands the jobs it holds back to the
-        queue (another replica, or this one after a restart, runs them). The engine is the
-        caller's to close afterwards."""
-        self.dispatcher.close()
+    def storage_problem(self) -> str | None:
+        """Why jobs cannot be stored or written now (None: they can): the store's last write found
+        no room (until a write succeeds), or the videos' disk is low (low_disk)."""
+        if self.store.full is not None:
+            return f"the job store's last write found no room ({self.store.full}); free space on its disk"
+        return self.low_disk()
 
-    def shutdown(self) -> None:
-        """close(), then the engine and the store (for owners of all three, e.g. open_service)."""
-        self.close()
+    def low_disk(self) -> str | None:
+        """Why no video can be written now: the videos' folder has less than MIN_FREE_BYTES free."""
+        try:
+            free = shutil.disk_usage(self.videos_dir).free
+        except OSError:
+            return None
+        if free < MIN_FREE_BYTES:
+            return (f"the videos' disk has {free:,} bytes free ({self.videos_dir}), less than the "
+                    f"{MIN_FREE_BYTES:,} a video may need; free space on it")
+        return None
+
+    def close(self, grace_s: float = 0.0) -> None:
+        """Stops claiming; lets running jobs finish for up to `grace_s` seconds (serve.stop_grace_s
+        when a replica stops); then stops listening and collecting, and hands the jobs it still
+        holds back to the queue (another replica, or this one after a restart, runs them). The
+        engine is the caller's to close afterwards."""
+        self.dispatcher.close(grace_s)
+
+    def shutdown(self, grace_s: float = 0.0) -> None:
+        """close(grace_s), then the engine and the store (for owners of all three, e.g. open_service)."""
+        self.close(grace_s)
         self.engine.close()
         self.store.close()
 
@@ -173,9 +209,15 @@ class JobService:
         record = self.store.get(video_id)
         if record is None:
             raise not_found(video_id)
-        return record
+        return self._as_it_is(record)
+
+    def _as_it_is(self, record: JobRecord) -> JobRecord:
+        """The stored row, with the final state the store could not take yet (Dispatcher._final)."""
+        unrecorded = self.dispatcher.unrecorded_state(record.id)
+        return record if unrecorded is None else replace(record, **unrecorded)
 
     def view(self, record: JobRecord) -> Video:
+        record = self._as_it_is(record)
         position = self.store.queue_position(record) if record.status == "queued" else None
         return to_video(record, self.model_name, position, retention=self.retention)
 

@@ -1,10 +1,12 @@
 """Starting the /v1/videos server for `pipedit serve`: Ray, Serve, the health wait, and the
-optional demo request rendered through the API."""
+optional demo request rendered through the API; and stopping it on SIGTERM (systemd, Docker,
+Kubernetes) as on Ctrl-C."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -22,59 +24,97 @@ PROGRESS_S = 15.0  # how often a start that takes long says what Serve reports
 STOP_TIMEOUT_S = 15.0
 
 
+class Stop(Exception):
+    """SIGTERM or Ctrl-C (SIGINT) arrived: the server stops."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
+
+
+def _stop_on_signals() -> None:
+    """SIGTERM and SIGINT raise Stop in the main thread; once one came, further ones are ignored
+    (the stop is under way and bounded in time). Installed before Ray starts and again after:
+    Ray's start installs a handler of its own that dumps a stack and aborts."""
+    def stop(signum, _frame):
+        for each in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(each, signal.SIG_IGN)
+        raise Stop(signum)
+
+    for each in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(each, stop)
+
+
 def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prompt: str | None,
                             port_given: bool = False) -> int:
-    """Serves `config` until Ctrl-C (exit code 0). `address` names a Ray cluster (default:
-    RAY_ADDRESS, else a new local Ray instance sized for the config). Fails within seconds, with
-    what was asked and what the cluster has, when the replicas cannot be placed. `port_given`:
-    the port was asked for explicitly (refused if Serve already listens elsewhere)."""
-    import ray
+    """Serves `config` until SIGTERM or Ctrl-C, then stops (see _stop) and exits 0 with one line
+    saying so. `address` names a Ray cluster (default: RAY_ADDRESS, else a new local Ray instance
+    sized for the config). Fails within seconds, with what was asked and what the cluster has,
+    when the replicas cannot be placed. `port_given`: the port was asked for explicitly (refused
+    if Serve already listens elsewhere)."""
+    from pipedit.runtime.ray_instance import stop_ray
+
+    from .deployment import APP_NAME
+
+    _stop_on_signals()
+    owns_ray, running_port, how, served = False, None, None, []
+    try:
+        owns_ray = _connect_ray(config, address)
+        _stop_on_signals()
+        running_port = _running_serve_port()
+        _serve(config, port_given, running_port, demo_prompt, served)
+    except Stop as stop:
+        how = stop.how
+    finally:
+        # Interrupted while starting on an instance of our own: no replica has run a job; Ray's end
+        # takes everything at once.
+        if served or not owns_ray:
+            _stop(APP_NAME, stop_serve=running_port is None and not owns_ray, grace_s=config.serve.stop_grace_s)
+        stop_ray(owns_ray)
+    print(f"pipedit: stopped on {how}: {'Serve and Ray' if owns_ray else 'the app'} shut down; unfinished jobs "
+          f"wait in the job store for the next start", flush=True)
+    return 0
+
+
+def _serve(config: EngineConfig, port_given: bool, running_port: int | None, demo_prompt: str | None,
+           served: list) -> None:
+    """Deploys the app, waits until it is healthy (then appends the URL to `served`), and serves
+    until a Stop."""
     from ray import serve
 
     from .deployment import APP_NAME, build_application
 
-    owns_ray = _connect_ray(config, address)
-    running_port = _running_serve_port()
-    try:
-        check_placement(replica_demand(replica_bundles(config)), config.serve.num_replicas, cluster_nodes())
-        port = _serve_port(config.serve.port, port_given, running_port)
-        print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
-              f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
-        serve.start(http_options={"host": config.serve.host, "port": port})
-        serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
-        url = f"http://{_display_host(config.serve.host)}:{port}"
-        _wait_healthy(url)
-        print(f"pipedit: serving {url} (OpenAPI at {url}/docs); Ctrl-C stops", flush=True)
-        if demo_prompt:
-            from .service import data_dir_for
+    check_placement(replica_demand(replica_bundles(config)), config.serve.num_replicas, cluster_nodes())
+    port = _serve_port(config.serve.port, port_given, running_port)
+    print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
+          f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
+    serve.start(http_options={"host": config.serve.host, "port": port,
+                              "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
+    serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
+    url = f"http://{_display_host(config.serve.host)}:{port}"
+    _wait_healthy(url)
+    served.append(url)
+    print(f"pipedit: serving {url} (OpenAPI at {url}/{'docs' if config.serve.docs else 'openapi.json'}); "
+          f"Ctrl-C or SIGTERM stops", flush=True)
+    if demo_prompt:
+        from .service import data_dir_for
 
-            print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
-        while True:
-            time.sleep(3600)
-    except KeyboardInterrupt:
-        print("pipedit: stopping", file=sys.stderr, flush=True)
-        return 0
-    finally:
-        _stop(APP_NAME, owns_ray, serve_was_running=running_port is not None)
-        if owns_ray:
-            ray.shutdown()
+        print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
+    while True:
+        time.sleep(3600)
 
 
 def _connect_ray(config: EngineConfig, address: str | None) -> bool:
-    """Connects to the given cluster, or starts a local instance with a logical CPU for every
-    bundle of every replica (ranks share cores, as `generate`'s local instance does) and the GPUs
-    Ray detects. "local" even when another local instance runs (a test suite's, say): attaching to
-    it would serve from someone else's cluster. Returns whether this process owns the instance."""
-    import ray
+    """Connects to the given cluster (else RAY_ADDRESS's), or starts an instance of its own (on
+    loopback) with a logical CPU for every bundle of every replica (ranks share cores, as
+    `generate`'s instance does) and the GPUs Ray detects; never another local instance (a test
+    suite's, a killed one's): see pipedit.runtime.ray_instance. Returns whether this process owns
+    the instance."""
+    from pipedit.runtime.ray_instance import connect_ray
 
-    options = dict(include_dashboard=False, logging_level="WARNING", log_to_driver=False)
-    address = address or os.environ.get("RAY_ADDRESS")
-    if address:
-        ray.init(address=address, **options)
-        return False
     cpus, _ = replica_demand(replica_bundles(config))
-    ray.init(address="local", num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas), **options)
-    return True
+    return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
+                       log_to_driver=False)
 
 
 def _running_serve_port() -> int | None:
@@ -103,21 +143,31 @@ def _serve_port(wanted: int, port_given: bool, running: int | None) -> int:
     return running
 
 
-def _stop(app_name: str, owns_ray: bool, serve_was_running: bool) -> None:
-    """Stops what this process started, in a bounded time: on a cluster of our own the instance's
-    end stops everything (jobs stay in the store for the next start); on a shared one only our
-    app goes, and a Serve that ran before us stays."""
+def _stop(app_name: str, stop_serve: bool, grace_s: float) -> None:
+    """Stops what this process started, within grace_s + STOP_TIMEOUT_S: the app first (its
+    replicas take no new job, let running ones finish for grace_s and hand the rest back to the
+    store's queue: PipeditServer.__del__), then Serve when `stop_serve` (we started it on a shared
+    cluster; on an instance of our own Ray's end takes it); the caller then ends Ray."""
+    import ray
     from ray import serve
 
-    if owns_ray:
+    if not ray.is_initialized():
         return
-    stop = (lambda: serve.delete(app_name)) if serve_was_running else serve.shutdown
+
+    def stop():
+        try:
+            serve.delete(app_name)
+            if stop_serve:
+                serve.shutdown()
+        except Exception as error:  # noqa: BLE001 - stopping anyway; Ray's end takes what is left
+            print(f"pipedit: stopping Serve failed: {error}", file=sys.stderr, flush=True)
+
     worker = threading.Thread(target=stop, daemon=True)
     worker.start()
-    worker.join(STOP_TIMEOUT_S)
+    worker.join(grace_s + STOP_TIMEOUT_S)
     if worker.is_alive():
-        print(f"pipedit: the app did not stop within {STOP_TIMEOUT_S:.0f} s; the cluster goes on stopping it",
-              file=sys.stderr, flush=True)
+        print(f"pipedit: the app did not stop within {grace_s + STOP_TIMEOUT_S:.0f} s; the cluster goes on "
+              f"stopping it", file=sys.stderr, flush=True)
 
 
 def _display_host(host: str) -> str:

@@ -35,6 +35,9 @@ class ServiceLimits:
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key on a replica (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
+    body_timeout_s: float = 30.0  # a request body must arrive within this (plus a second per body_min_rate bytes)
+    body_min_rate: int = 64 << 10  # bytes of body that buy one more second (a slow large upload keeps going)
+    linger_s: float = 5.0  # an answer sent before the body is read reads the rest this long, then closes
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -156,10 +159,15 @@ def _check_text(given: dict) -> None:
     for name in ("prompt", *sorted(set(given) - {"prompt"})):
         value = given.get(name)
         if isinstance(value, str) and (match := _SURROGATE.search(value)):
-            raise invalid(f"{name} contains an unpaired UTF-16 surrogate (\\u{ord(match[0]):04x} at character "
-                          f"{match.start()}), which is not valid Unicode text: send UTF-8 text, or escape "
-                          f"characters outside the BMP as a surrogate pair", name,
-                          "invalid_prompt" if name == "prompt" else "invalid_value")
+            raise bad_text(name, f"contains an unpaired UTF-16 surrogate (\\u{ord(match[0]):04x} at character "
+                                 f"{match.start()}), which is not valid Unicode text: send UTF-8 text, or escape "
+                                 f"characters outside the BMP as a surrogate pair")
+
+
+def bad_text(name: str, why: str) -> ApiError:
+    """400 for a text field that is not valid Unicode, whichever way it came (a JSON escape, multipart
+    bytes): `invalid_prompt` for the prompt, `invalid_value` for another field, naming it."""
+    return invalid(f"{name} {why}", name, "invalid_prompt" if name == "prompt" else "invalid_value")
 
 
 def _check_model(model: str | None, model_name: str) -> None:

@@ -15,6 +15,14 @@ final status exactly once.
 
 Invariant: rows are ordered by (created_at, id); pagination and queue positions rely on it.
 
+Waiting: a write on a request's path (a create, a delete) waits at most `request_wait_s` (about a
+second) for the store's lock, this process's writers' and the database's alike, then raises
+StoreBusy (the API answers 503 server_busy); the dispatcher's writes wait `busy_timeout_s`.
+
+Damaged rows: a row whose params, extras or error column is not JSON (a manual edit, an old
+version) or not of the stored shape reads as a failed job with error `unreadable_job` (see
+`_record`), so every read, a claim and a delete of it work.
+
 Images (image-to-video): a job's input_reference bytes live in `job_images`, a table of their
 own, so that listing and claiming jobs never reads them; they are added and deleted in the same
 transaction as their job's row, so a job never exists without its image nor an image without its job.
@@ -22,18 +30,28 @@ transaction as their job's row, so a job never exists without its image nor an i
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import (JSON, Column, Float, Integer, LargeBinary, MetaData, String, Table, and_, create_engine,
                         delete, event, func, insert, inspect, or_, select, text, update)
+from sqlalchemy.exc import DBAPIError
+
+from .store_locks import StoreBusy, changes, is_full, limit_lock_wait, sqlite_pragmas
+
+_log = logging.getLogger(__name__)
 
 UNFINISHED = ("queued", "in_progress")
 FINAL = ("completed", "failed", "cancelled")
 BUSY_TIMEOUT_S = 5.0  # SQLite: how long a write waits for another process's lock before "database is locked"
+REQUEST_WAIT_S = 1.0  # how long a write on a request's path (create, delete) waits for the lock
+UNREADABLE = "unreadable_job"  # the error code of a row that cannot be read (see _record)
 OWNERSHIP = ("owner", "lease_until", "attempt", "client")  # columns added after the first release
 
 _metadata = MetaData()
@@ -55,13 +73,24 @@ jobs = Table(
     # None: made without keys (or before owners existed). The API shows a job only to its owner and admins.
     Column("client", String(64), nullable=True, index=True),
 )
-_COLUMNS = tuple(c.name for c in jobs.columns)
+_COLUMNS = tuple(c.name for c in jobs.columns)  # JobRecord's fields, but for `unreadable`
 # The input_reference image of a job that has one (its encoded file bytes, as uploaded).
 job_images = Table(
     "job_images", _metadata,
     Column("id", String(64), primary_key=True),  # the job's id
     Column("data", LargeBinary, nullable=False),
 )
+
+
+class _Unreadable(str):
+    """What the JSON columns hold for text that is not JSON (its first characters, for the log)."""
+
+
+def _loads(value: str):
+    try:
+        return json.loads(value)
+    except ValueError:
+        return _Unreadable(value[:80])
 
 
 @dataclass
@@ -79,6 +108,7 @@ class JobRecord:
     lease_until: float | None = None
     attempt: int = 0
     client: str | None = None
+    unreadable: str | None = None  # why the stored row cannot be read (it then reads as failed); None: it can
 
     @property
     def finished_at(self) -> float:
@@ -89,27 +119,30 @@ class JobRecord:
 
 
 def _finish_time(created_at: float, completed_at: float | None, extras: dict | None) -> float:
-    value = (extras or {}).get("finished_at")
+    value = extras.get("finished_at") if isinstance(extras, dict) else None
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
     return completed_at if completed_at is not None else created_at
 
 
 class JobStore:
-    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S):
+    def __init__(self, url: str, *, busy_timeout_s: float = BUSY_TIMEOUT_S, request_wait_s: float = REQUEST_WAIT_S):
         """`url`: any SQLAlchemy URL, e.g. sqlite:///data/jobs.sqlite or
-        postgresql+psycopg://user@host:5432/pipedit. `busy_timeout_s` (SQLite): how long a write
-        waits for another process's lock; then it raises OperationalError "database is locked"
-        (the API answers 503 server_busy)."""
+        postgresql+psycopg://user@host:5432/pipedit. `busy_timeout_s`: how long a background
+        write waits for the lock (SQLite: another process's); `request_wait_s`: how long a write
+        on a request's path waits. Then they raise OperationalError "database is locked" (the
+        API answers 503 server_busy)."""
         self.url = url
         sqlite = url.startswith("sqlite")
         self._engine = create_engine(url, connect_args={"check_same_thread": False} if sqlite else {},
-                                     pool_pre_ping=not sqlite)
+                                     pool_pre_ping=not sqlite, json_deserializer=_loads)
         if sqlite:
-            event.listen(self._engine, "connect", _sqlite_pragmas(busy_timeout_s))
+            event.listen(self._engine, "connect", sqlite_pragmas(busy_timeout_s))
         _metadata.create_all(self._engine)
         _add_missing_columns(self._engine)
         self._write = threading.Lock()
+        self.busy_timeout_s, self.request_wait_s = busy_timeout_s, request_wait_s
+        self.full: str | None = None  # the last write's error when it found no room; None since one succeeded
 
     @classmethod
     def in_folder(cls, data_dir: str | Path, **options: Any) -> "JobStore":
@@ -126,9 +159,10 @@ class JobStore:
 
     # -- writes ---------------------------------------------------------------------------
     def add(self, record: JobRecord, image: bytes | None = None) -> None:
-        """`image`: the job's input_reference bytes, stored with the row (see `image`)."""
+        """`image`: the job's input_reference bytes, stored with the row (see `image`). A request's
+        write: it waits `request_wait_s` at most."""
         values = {name: getattr(record, name) for name in _COLUMNS}
-        with self._write, self._engine.begin() as conn:
+        with self._writing(self.request_wait_s) as conn:
             conn.execute(insert(jobs).values(**values))
             if image is not None:
                 conn.execute(insert(job_images).values(id=record.id, data=bytes(image)))
@@ -156,11 +190,15 @@ class JobStore:
             rows = conn.execute(query).all()
         return [row.id for row in rows if _finish_time(row.created_at, row.completed_at, row.extras) < before]
 
-    def delete(self, job_id: str) -> bool:
-        """Removes the job's row and its image."""
-        with self._write, self._engine.begin() as conn:
-            conn.execute(delete(job_images).where(job_images.c.id == job_id))
-            return conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount > 0
+    def delete(self, job_id: str, *, request: bool = False) -> bool:
+        """Removes the job's row and its image, in one transaction; True only for the one call
+        that removed the row (of two deleting the same job at once, the other gets False).
+        `request`: a request's write (it waits `request_wait_s` at most)."""
+        with self._writing(self.request_wait_s if request else self.busy_timeout_s) as conn:
+            removed = conn.execute(delete(jobs).where(jobs.c.id == job_id)).rowcount > 0
+            if removed:
+                conn.execute(delete(job_images).where(job_images.c.id == job_id))
+            return removed
 
     # -- ownership ------------------------------------------------------------------------
     def claim(self, owner: str, lease_s: float) -> JobRecord | None:
@@ -172,7 +210,7 @@ class JobStore:
             claim = (update(jobs).where(jobs.c.id == oldest, jobs.c.owner.is_(None), jobs.c.status == "queued")
                      .values(owner=owner, lease_until=time.time() + lease_s, attempt=jobs.c.attempt + 1)
                      .returning(*jobs.c))
-            with self._write, self._engine.begin() as conn:
+            with self._writing() as conn:
                 row = conn.execute(claim).first()
                 if row is not None:
                     return _record(row)
@@ -189,7 +227,7 @@ class JobStore:
         renew = (update(jobs).where(jobs.c.id.in_(list(job_ids)), jobs.c.owner == owner,
                                     jobs.c.status.in_(UNFINISHED))
                  .values(lease_until=time.time() + lease_s).returning(jobs.c.id))
-        with self._write, self._engine.begin() as conn:
+        with self._writing() as conn:
             return set(conn.execute(renew).scalars())
 
     def requeue_expired(self) -> list[str]:
@@ -259,17 +297,42 @@ class JobStore:
             return conn.execute(ahead).scalar_one()
 
     # -- helpers --------------------------------------------------------------------------
+    @contextmanager
+    def _writing(self, wait_s: float | None = None):
+        """A write transaction that waits at most `wait_s` (default busy_timeout_s) for this
+        process's writers and then for the database's lock; notes whether the store is full."""
+        wait_s = self.busy_timeout_s if wait_s is None else wait_s
+        started = time.monotonic()
+        if not self._write.acquire(timeout=wait_s):
+            raise StoreBusy(wait_s)
+        try:
+            with self._engine.begin() as conn:
+                limit_lock_wait(conn, max(0.0, wait_s - (time.monotonic() - started)))
+                before = changes(conn)
+                yield conn
+                wrote = before is None or changes(conn) != before
+            if wrote:  # a write that changed nothing (a claim finding no job) says nothing about room
+                self.full = None
+        except DBAPIError as error:
+            if is_full(error):
+                if self.full is None:
+                    _log.error("the job store has no room left: %s", error.orig)
+                self.full = str(error.orig)
+            raise
+        finally:
+            self._write.release()
+
     def _update(self, where, fields: dict[str, Any]) -> bool:
         unknown = set(fields) - set(_COLUMNS) - {"id"}
         if unknown or "id" in fields:
             raise ValueError(f"cannot update {sorted(unknown | ({'id'} & set(fields)))}; columns: {_COLUMNS[1:]}")
-        with self._write, self._engine.begin() as conn:
+        with self._writing() as conn:
             return conn.execute(update(jobs).where(where).values(**fields)).rowcount > 0
 
     def _free(self, where) -> list[str]:
         free = (update(jobs).where(where).values(status="queued", owner=None, lease_until=None, progress=0,
                                                  extras={"stage": "queued"}).returning(jobs.c.id))
-        with self._write, self._engine.begin() as conn:
+        with self._writing() as conn:
             return list(conn.execute(free).scalars())
 
 
@@ -283,7 +346,19 @@ def _beyond(anchor: JobRecord, order: str):
 
 
 def _record(row) -> JobRecord:
-    return JobRecord(**{name: getattr(row, name) for name in _COLUMNS})
+    record = JobRecord(**{name: getattr(row, name) for name in _COLUMNS})
+    damaged = [name for name, kind in (("params", dict), ("extras", dict), ("error", (dict, type(None))))
+               if not isinstance(getattr(record, name), kind)]
+    if not damaged:
+        return record
+    # Shown as failed everywhere (list, get, content: 404, delete works); a claim fails it for good.
+    why = ", ".join(f"its {name} column is {'not JSON' if isinstance(getattr(record, name), _Unreadable) else 'not a JSON object'}"
+                    for name in damaged)
+    return JobRecord(id=record.id, status="failed", created_at=record.created_at or 0.0, params={},
+                     completed_at=record.completed_at, extras={"stage": "failed"}, owner=record.owner,
+                     lease_until=record.lease_until, attempt=record.attempt, client=record.client,
+                     error={"code": UNREADABLE, "message": f"the stored job cannot be read ({why}); delete it"},
+                     unreadable=why)
 
 
 def _add_missing_columns(engine) -> None:
@@ -301,17 +376,3 @@ def _add_missing_columns(engine) -> None:
             for name in ("owner", "client"):  # the indexes create_all gives new tables (lookups by owner)
                 if name in missing:
                     conn.execute(text(f"CREATE INDEX IF NOT EXISTS ix_jobs_{name} ON jobs ({name})"))
-
-
-def _sqlite_pragmas(busy_timeout_s: float):
-    def on_connect(dbapi_connection, _record_info) -> None:
-        # WAL: readers never block the writer; busy_timeout: a second process waits instead of failing.
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a commit survives the process being killed (kill -9), though not a power
-        # loss in the last moments; it saves an fsync per progress update on the engine's thread.
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute(f"PRAGMA busy_timeout={max(0, int(busy_timeout_s * 1000))}")
-        cursor.close()
-
-    return on_connect

@@ -42,11 +42,14 @@ class FileSweeper:
         """Where an attempt writes the job's mp4 before renaming it to video_path."""
         return self.videos_dir / f".{video_id}.attempt{attempt}.mp4"
 
-    def delete_job(self, video_id: str) -> None:
-        """Removes the job's row and every file of it."""
+    def delete_job(self, video_id: str, *, request: bool = False) -> bool:
+        """Removes the job's row and every file of it; False when the row was gone already
+        (another call removed it first). `request`: for an API request (the store waits about a
+        second at most)."""
         with self.lock:
-            self.store.delete(video_id)
+            removed = self.store.delete(video_id, request=request)
             self.remove_files(video_id)
+            return removed
 
     def remove_files(self, video_id: str) -> None:
         self.video_path(video_id).unlink(missing_ok=True)

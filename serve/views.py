@@ -11,7 +11,7 @@ from typing import Any
 from pipedit.request import RequestEvent, RequestStatus
 
 from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
-from .store import JobRecord
+from .store import UNREADABLE, JobRecord
 
 _log = logging.getLogger(__name__)
 
@@ -26,8 +26,9 @@ _STATUS = {
 }
 
 
-def event_fields(event: RequestEvent, record: JobRecord) -> dict | None:
-    """The row fields an event changes; None for final events (the outcome writes those)."""
+def event_fields(event: RequestEvent, record: JobRecord, started_at: float | None = None) -> dict | None:
+    """The row fields an event changes; None for final events (the outcome writes those).
+    `started_at`: when the run's first event came (default: this one's)."""
     status = _STATUS.get(event.status)
     if status is None:
         return None
@@ -38,7 +39,7 @@ def event_fields(event: RequestEvent, record: JobRecord) -> dict | None:
         progress = DENOISE_SHARE * event.step // max(1, event.total_steps)
     elif event.status is RequestStatus.DECODING:
         progress = DECODE_PROGRESS
-    extras.setdefault("started_at", event.at)
+    extras.setdefault("started_at", event.at if started_at is None else started_at)
     return {"status": status, "extras": extras, "progress": max(progress, record.progress)}
 
 
@@ -67,15 +68,22 @@ def expires_at(record: JobRecord, retention: float) -> int | None:
 
 def to_video(record: JobRecord, model_name: str, queue_position: int | None = None, retention: float = 0.0) -> Video:
     """The Video of a row. `retention`: serve.retention, for expires_at (0: null)."""
+    if record.unreadable:  # the store could not read the row (store._record)
+        return _unreadable(record, model_name, record.error["message"])
     try:
         return _to_video(record, model_name, queue_position, retention)
     except Exception:  # noqa: BLE001 - a damaged row must not fail every list; show what it is
         _log.exception("job %s: its row does not make a Video; showing it as failed", record.id)
-        return Video(id=clean_text(str(record.id)), model=model_name, status="failed", progress=0,
-                     created_at=int(record.created_at or 0), size="0x0", seconds="0",
-                     error=VideoError(code="unreadable_job", message="the stored job cannot be read; delete it"),
-                     pipedit=PipeditExtras(stage="failed", **{spec.api: spec.kind() for spec in echoed_fields()
-                                                              if not spec.nullable}))
+        return _unreadable(record, model_name, "the stored job cannot be read; delete it")
+
+
+def _unreadable(record: JobRecord, model_name: str, message: str) -> Video:
+    """A row that does not make a Video: failed, error unreadable_job (DELETE removes it)."""
+    return Video(id=clean_text(str(record.id)), model=model_name, status="failed", progress=0,
+                 created_at=int(record.created_at or 0), size="0x0", seconds="0",
+                 error=VideoError(code=UNREADABLE, message=clean_text(message)),
+                 pipedit=PipeditExtras(stage="failed", **{spec.api: spec.kind() for spec in echoed_fields()
+                                                          if not spec.nullable}))
 
 
 def _to_video(record: JobRecord, model_name: str, queue_position: int | None, retention: float) -> Video:

@@ -39,11 +39,12 @@ def diffusers_pipeline(demo_checkpoint):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray instance for the whole test session (starting Ray costs seconds)."""
-    import logging
-
+    """One local Ray instance for the whole test session (starting Ray costs seconds), found as
+    every command finds its own (RAY_ADDRESS, else a new one; never one a killed run left)."""
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING)
+    from pipedit.runtime.ray_instance import connect_ray
+
+    connect_ray(num_cpus=4)
     yield ray
-    ray.shutdown()
+    ray.shutdown()  # this process's session; the instance too when it is ours

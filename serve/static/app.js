@@ -7,6 +7,8 @@ const JOBS_KEY = "pipedit.jobs";
 const API_KEY = "pipedit.apiKey";
 const FINAL = new Set(["completed", "failed", "cancelled"]);
 const POLL_MS = 700;
+const STREAM_RETRIES = 3;
+const STREAM_REOPEN_MS = 250;
 
 const $ = (id) => document.getElementById(id);
 const jobs = new Map(); // id -> job state (a trimmed Video plus local flags)
@@ -206,20 +208,28 @@ function stopFollowing(id) {
   if (stop) stop();
 }
 
-function stream(id) {
+// `failures`: streams in a row that ended without a message; past STREAM_RETRIES, poll instead.
+function stream(id, failures = 0) {
   const source = new EventSource(`/v1/videos/${encodeURIComponent(id)}/events`);
   followers.set(id, () => source.close());
   source.onmessage = (event) => {
+    failures = 0;
     const video = JSON.parse(event.data);
     update(video);
     if (FINAL.has(video.status)) stopFollowing(id);
   };
-  // Both the server's "event: error" (the job was deleted) and a dropped connection land here.
+  // The server's "event: error" (the job was deleted), the end of a stream at its lifetime
+  // (serve.event_stream_max_s) and a dropped connection all land here.
   source.addEventListener("error", (event) => {
     if (followers.get(id) === undefined) return;
     stopFollowing(id);
-    if (event.data) markGone(id);
-    else setTimeout(() => { if (jobs.has(id) && !FINAL.has(jobs.get(id).status)) poll(id); }, POLL_MS);
+    if (event.data) { markGone(id); return; }
+    const tries = failures + 1;
+    setTimeout(() => {
+      if (!jobs.has(id) || FINAL.has(jobs.get(id).status) || followers.has(id)) return;
+      if (tries > STREAM_RETRIES) poll(id);  // streams keep failing (e.g. 429 too_many_streams)
+      else stream(id, tries);  // a stream at its lifetime: open the next one
+    }, STREAM_REOPEN_MS * tries);
   });
 }
 

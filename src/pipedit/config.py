@@ -214,6 +214,8 @@ class ServeConfig:
     # Host header names accepted besides loopback's when bound to loopback (DNS-rebinding guard).
     allowed_hosts: tuple[str, ...] = ()
     model_name: str | None = None  # the `model` field clients send; None: the checkpoint's folder name
+    # Swagger UI at /docs: its script comes from a CDN, on the origin where the page keeps the API key.
+    docs: bool = False
     # Limits on one request (a request above them gets 400 naming the field), and on the queue (429).
     max_queued: int = 16
     max_queued_per_key: int = 8  # queued jobs of one API key (when api_keys are set)
@@ -225,8 +227,21 @@ class ServeConfig:
     max_event_streams: int = 128  # open /events streams of a replica (429 beyond)
     max_event_streams_per_key: int = 8  # open /events streams of one API key (429 beyond)
     event_stream_max_s: float = 300.0  # a stream ends after this long; clients reconnect
+    # Slow clients: a request's headers must arrive within header_timeout_s (408, then closed); its
+    # body within body_timeout_s of the request's start, plus a second per body_min_rate bytes
+    # received (408 body_timeout); an idle keep-alive connection closes after keep_alive_timeout_s;
+    # an answer sent before the body was read (413, 429) reads what the client still sends for at
+    # most linger_s, so it can read the answer, then closes.
+    header_timeout_s: float = 15.0
+    body_timeout_s: float = 30.0
+    body_min_rate: int = 64 << 10
+    keep_alive_timeout_s: int = 5
+    linger_s: float = 5.0
     max_attempts: int = 3  # runs of one job (a rank-group failure or a lost lease), then it fails
     retention: float = 7 * 24 * 3600.0  # seconds a finished job and its video are kept (expires_at); 0: forever
+    # On SIGTERM or Ctrl-C a replica takes no new job and lets its running jobs finish for this
+    # long; what is still running then goes back to the store's queue (the next start runs it).
+    stop_grace_s: float = 5.0
     max_steps: int = 100
     max_guidance_scale: float = 30.0
     max_prompt_chars: int = 4000
@@ -240,22 +255,34 @@ class ServeConfig:
             if isinstance(value, str) or not all(isinstance(k, str) and k for k in value):
                 raise UserInputError(f"serve.{name} must be a list of non-empty strings")
             object.__setattr__(self, name, tuple(value))
+        for name in ("api_keys", "admin_keys"):
+            for index, key in enumerate(getattr(self, name)):
+                if key != key.strip():
+                    # A Bearer header's key never carries them (it is stripped when read): such a key
+                    # could never authenticate. The key itself stays out of the message (logs).
+                    raise UserInputError(f"serve.{name}[{index}] has leading or trailing whitespace, so no request "
+                                         f"could ever present it: remove the spaces (the key itself is not shown)")
         if not set(self.admin_keys) <= set(self.api_keys):
             raise UserInputError("serve.admin_keys must also be listed in serve.api_keys (they authenticate as keys)")
         for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",
                      "max_prompt_chars", "max_side", "max_frames", "max_fps", "max_pixels", "max_body_bytes",
-                     "max_upload_bytes", "max_image_pixels", "max_event_streams", "max_event_streams_per_key", "max_attempts"):
+                     "max_upload_bytes", "max_image_pixels", "max_event_streams", "max_event_streams_per_key", "max_attempts",
+                     "body_min_rate", "keep_alive_timeout_s"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")
         if not isinstance(self.max_guidance_scale, (int, float)) or self.max_guidance_scale <= 0:
             raise UserInputError(f"serve.max_guidance_scale must be a positive number, got {self.max_guidance_scale!r}")
-        for name in ("event_stream_max_s", "retention"):
+        for name in ("event_stream_max_s", "retention", "stop_grace_s", "header_timeout_s", "body_timeout_s",
+                     "linger_s"):
             value = getattr(self, name)
+            at_least_zero = name in ("retention", "linger_s", "stop_grace_s")
             if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0 or \
-                    (name == "event_stream_max_s" and value == 0):
-                raise UserInputError(f"serve.{name} must be a number of seconds ({'>= 0' if name == 'retention' else '> 0'}), "
+                    (not at_least_zero and value == 0):
+                raise UserInputError(f"serve.{name} must be a number of seconds ({'>= 0' if at_least_zero else '> 0'}), "
                                      f"got {value!r}")
+        if not isinstance(self.docs, bool):
+            raise UserInputError(f"serve.docs must be true or false, got {self.docs!r}")
         if isinstance(self.job_lease_s, bool) or not isinstance(self.job_lease_s, (int, float)) or self.job_lease_s < 1:
             raise UserInputError(f"serve.job_lease_s must be a number of seconds >= 1, got {self.job_lease_s!r}")
         if self.database_url is not None and (not isinstance(self.database_url, str) or "://" not in self.database_url):

@@ -23,6 +23,7 @@ class Flaky(BaseHTTPRequestHandler):
 
     mp4 = b""
     log: list = []
+    keys: list = []  # the Idempotency-Key of every create
     answers: dict = {}
 
     def log_message(self, *args):
@@ -56,6 +57,7 @@ class Flaky(BaseHTTPRequestHandler):
     def do_POST(self):
         self.rfile.read(int(self.headers["Content-Length"]))
         self.log.append((time.monotonic(), "POST", self.path))
+        self.keys.append(self.headers.get("Idempotency-Key"))
         status = self.answers["POST /v1/videos"].pop(0)
         if status == 429:
             error = {"error": {"message": "the queue is full", "type": "x", "param": None, "code": "queue_full"}}
@@ -69,7 +71,7 @@ class Flaky(BaseHTTPRequestHandler):
 @pytest.fixture
 def flaky(tmp_path):
     Flaky.mp4 = write_mp4(torch.rand(5, 16, 16, 3), tmp_path / "source.mp4", fps=8).read_bytes()
-    Flaky.log = []
+    Flaky.log, Flaky.keys = [], []
     Flaky.answers = {"POST /v1/videos": [429, 503, 200], "GET /content": ["short", "whole"]}
     server = ThreadingHTTPServer(("127.0.0.1", 0), Flaky)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -87,6 +89,8 @@ def test_render_rides_out_429_503_and_a_cut_short_download(tmp_path, flaky, caps
     assert len(posts) == 3  # 429, 503, accepted: no stream of re-posts
     assert posts[1] - posts[0] >= 0.95  # Retry-After: 1 honoured
     assert posts[2] - posts[1] >= remote.BACKOFF_S * 0.95  # backoff after the 503
+    # One key for the line's every try: a retry whose first answer was lost cannot make a second job.
+    assert len(set(Flaky.keys)) == 1 and Flaky.keys[0].startswith("pipedit-render-")
     downloads = [path for _, method, path in Flaky.log if path.endswith("/content")]
     assert len(downloads) == 2  # the cut-short one, then the whole one
     assert (out_dir / "fox.mp4").read_bytes() == Flaky.mp4 and read_mp4(out_dir / "fox.mp4").shape == (5, 16, 16, 3)

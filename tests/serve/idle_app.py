@@ -56,3 +56,36 @@ def _expected(data: bytes) -> int:
         if name.strip().lower() == b"content-length":
             return len(head) + 4 + int(value)
     return 1 << 62
+
+
+def asgi_request(app, method: str, path: str, headers: dict | None = None, body: bytes = b"",
+                 on_start=None) -> tuple[int, dict, bytes]:
+    """One request straight into an ASGI app, no socket: (status, headers with lower-case names, body).
+    `on_start()` runs when the response's headers are sent, before any of its body."""
+    import asyncio
+
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in {"host": "127.0.0.1", **(headers or {})}.items()]
+    path, _, query = path.partition("?")
+    scope = {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": method, "scheme": "http",
+             "path": path, "raw_path": path.encode(), "query_string": query.encode(), "headers": raw,
+             "client": ("127.0.0.1", 1), "server": ("127.0.0.1", 80), "root_path": ""}
+    sent = {"body": False}
+    out: dict = {"status": None, "headers": {}, "body": b""}
+
+    async def receive():
+        if not sent["body"]:
+            sent["body"] = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        await asyncio.sleep(3600)  # no disconnect while the app answers
+
+    async def send(message):
+        if message["type"] == "http.response.start":
+            out["status"] = message["status"]
+            out["headers"] = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in message["headers"]}
+            if on_start is not None:
+                on_start()
+        elif message["type"] == "http.response.body":
+            out["body"] += message.get("body", b"")
+
+    asyncio.run(app(scope, receive, send))
+    return out["status"], out["headers"], out["body"]

@@ -56,6 +56,18 @@ class InstantEngine:
         self.accepting = False
 
 
+class GatedEngine(InstantEngine):
+    """InstantEngine whose outcomes are handed out only once `go` is set."""
+
+    def __init__(self):
+        super().__init__()
+        self.go = threading.Event()
+
+    def wait(self, request_id, timeout=None):
+        self.go.wait(timeout)
+        return super().wait(request_id, timeout)
+
+
 def service_on(engine, folder, **kwargs) -> JobService:
     store = JobStore.in_folder(folder)
     return JobService(engine, store, folder, "demo", TINY, ServiceLimits(), **kwargs)

@@ -53,7 +53,15 @@ def main(base_url, out_dir):
     except openai.NotFoundError as error:
         missing = {"status": error.status_code, "code": error.code}
     deleted = client.videos.delete(videos[-1].id)
+    try:  # a body over the server's cap while the SDK is still sending it: the 413, not a reset
+        client.videos.create(prompt="a" * (21 << 20), size="64x64")
+        oversized = None
+    except openai.APIStatusError as error:
+        oversized = {"status": error.status_code, "code": error.code}
+    except openai.APIConnectionError as error:
+        oversized = {"connection_error": repr(error.__cause__)}
     print(json.dumps({
+        "oversized": oversized,
         "version": openai.__version__,
         "created": [v.model_dump() for v in created],
         "videos": [v.model_dump() for v in videos],

@@ -23,6 +23,7 @@ from pipedit.serve.params import ServiceLimits
 from pipedit.serve.store import JobStore
 
 MODEL = "hunyuan-demo"
+HEADER_TIMEOUT_S = 2.0  # serve.header_timeout_s of every test server (the protocol Serve's proxy gets)
 SMALL = {"size": "64x64", "num_frames": 5, "num_inference_steps": 2}
 # The jobs table of a store from before job ownership (no owner, lease_until, attempt, client).
 PRE_OWNERSHIP_JOBS_TABLE = ("CREATE TABLE jobs (id VARCHAR(64) PRIMARY KEY, status VARCHAR(16) NOT NULL, "
@@ -70,7 +71,10 @@ def serve_in_thread(app) -> tuple[str, callable]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    from pipedit.serve.header_timeout import protocol_class
+
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
+                                           http=protocol_class(HEADER_TIMEOUT_S)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, timeout=20)

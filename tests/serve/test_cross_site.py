@@ -74,6 +74,11 @@ def test_on_loopback_only_loopback_host_names_and_allowed_hosts_are_answered(app
         error = _error(call("GET", f"{app.url}/v1/videos", headers={"Host": host}), 400, "host_not_allowed")
         assert "serve.allowed_hosts" in error["message"]
     _error(call("GET", f"{app.url}/", headers={"Host": "evil.example"}), 400, "host_not_allowed")
+    # What the review sent: names that begin like loopback's and are not.
+    for host in ("[::1].evil.example", "localhost:80@evil.example", f"localhost:{port}@evil.example",
+                 f"[::1]:{port}.evil.example", "localhost:80:81", "[::1]x"):
+        error = _error(call("GET", f"{app.url}/v1/videos", headers={"Host": host}), 400, "host_not_allowed")
+        assert "Host" in error["message"], host
     for host in (f"localhost:{port}", f"127.0.0.1:{port}", f"[::1]:{port}", "localhost", f"pipedit.lan:{port}",
                  "PipEdit.LAN"):
         assert call("GET", f"{app.url}/v1/videos", headers={"Host": host}).status == 200, host
@@ -83,6 +88,9 @@ def test_bound_to_all_interfaces_any_host_is_answered(tmp_path):
     running = start_idle(tmp_path, host="0.0.0.0")
     try:
         assert call("GET", f"{running.url}/v1/videos", headers={"Host": "gpu-box.example:8000"}).status == 200
+        # What no server name looks like is refused whatever the bind.
+        _error(call("GET", f"{running.url}/v1/videos", headers={"Host": "gpu-box.example:8000@evil.example"}),
+               400, "host_not_allowed")
         # The Origin check still holds, against the Host the request names.
         assert call("POST", f"{running.url}/v1/videos", {"prompt": "a fox"},
                     headers={"Host": "gpu-box.example:8000", "Origin": "http://gpu-box.example:8000"}).status == 200
@@ -91,3 +99,35 @@ def test_bound_to_all_interfaces_any_host_is_answered(tmp_path):
                403, "cross_site_request")
     finally:
         running.close()
+
+
+def test_page_and_api_answers_forbid_framing_and_sniffing(app):
+    # The review: no Content-Security-Policy, frame-ancestors or X-Frame-Options, X-Content-Type-Options.
+    answers = {"page": call("GET", f"{app.url}/"), "api": call("GET", f"{app.url}/v1/videos"),
+               "static": call("GET", f"{app.url}/static/app.js"),
+               "unknown route": call("GET", f"{app.url}/nowhere"),
+               "refusal": call("GET", f"{app.url}/v1/videos", headers={"Host": "evil.example"})}
+    for what, reply in answers.items():
+        headers = {k.lower(): v for k, v in reply.headers.items()}
+        policy = headers.get("content-security-policy", "")
+        assert "frame-ancestors 'none'" in policy and "default-src 'self'" in policy, what
+        assert "script-src 'self';" in policy and "https:" not in policy, what
+        assert headers.get("x-frame-options") == "DENY" and headers.get("x-content-type-options") == "nosniff", what
+
+
+def test_docs_are_off_by_default_and_pinned_when_on(app):
+    from pipedit.serve.api import build_app
+    from pipedit.serve.headers import SWAGGER_UI
+    from idle_app import asgi_request
+
+    # Swagger UI loads its script from a CDN on the origin where the page keeps the API key: off.
+    off = call("GET", f"{app.url}/docs")
+    _error(off, 404, "not_found")
+    assert "cdn" not in {k.lower(): v for k, v in off.headers.items()}["content-security-policy"]
+    _error(call("GET", f"{app.url}/redoc"), 404, "not_found")
+    assert call("GET", f"{app.url}/openapi.json").json()["info"]["title"] == "pipedit"
+    status, headers, body = asgi_request(build_app(app.service, docs=True), "GET", "/docs")
+    assert status == 200 and f"{SWAGGER_UI}/swagger-ui-bundle.js".encode() in body
+    assert "@5.17.14" in SWAGGER_UI  # one pinned version, not a moving major
+    assert f"script-src 'self' 'unsafe-inline' {SWAGGER_UI}/;" in headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in headers["content-security-policy"]

@@ -1,19 +1,27 @@
 """A full disk while an mp4 is written: imageio-ffmpeg ignores ffmpeg's exit status, so the file
 it leaves may be empty or cut short. write_mp4 checks the file before the rename; the job fails
-with `write_failed` and its message, nothing is left in the videos folder, /content stays 404."""
+with `write_failed` and its message, nothing is left in the videos folder, /content stays 404.
+
+A full disk under the job store: a create answers 507 storage_full with Retry-After, /healthz is
+degraded with the reason, and an accepted job's final state is kept until the store takes it."""
 
 import contextlib
 import errno
+import shutil
+import sqlite3
 
 import pytest
 import torch
+from sqlalchemy import event
 
 import pipedit.video as video
+from pipedit.serve import jobs
+from pipedit.serve.api import build_app
 from pipedit.serve.errors import ApiError
 from pipedit.serve.schemas import VideoCreateParams
 from pipedit.video import VideoWriteError, read_mp4, write_mp4
-from job_engines import InstantEngine, service_on
-from serve_helpers import wait_for
+from job_engines import GatedEngine, InstantEngine, service_on
+from serve_helpers import call, serve_in_thread, wait_for
 
 
 @pytest.fixture
@@ -79,4 +87,69 @@ def test_a_job_whose_mp4_is_cut_short_fails_with_write_failed(tmp_path, short_wr
         assert not_ready.value.status == 404
         assert list((tmp_path / "videos").iterdir()) == []
     finally:
+        service.close()
+
+
+@pytest.fixture
+def full_store():
+    """Makes a store's writes fail as SQLite's do on a full disk ("database or disk is full")
+    while `on`; returns (attach(store), the switch)."""
+    switch = {"on": False}
+
+    def refuse(conn, cursor, statement, params, context, executemany):
+        if switch["on"] and statement.lstrip().upper().startswith(("INSERT", "UPDATE", "DELETE")):
+            raise sqlite3.OperationalError("database or disk is full")
+
+    return (lambda store: event.listen(store._engine, "before_cursor_execute", refuse)), switch
+
+
+def test_a_full_store_refuses_creates_with_507_and_keeps_an_accepted_jobs_state(tmp_path, short_writes, monkeypatch,
+                                                                                full_store):
+    short_writes(0.0)  # the disk is full for the mp4 too
+    monkeypatch.setattr(video, "_disk_full", lambda folder: True)
+    attach, disk = full_store
+    engine = GatedEngine()
+    service = service_on(engine, tmp_path)
+    attach(service.store)
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        accepted = call("POST", f"{url}/v1/videos", {"prompt": "a fox"}).json()["id"]
+        wait_for(lambda: engine.submitted == [accepted], timeout=30)
+        assert call("GET", f"{url}/healthz").json() == {"status": "ok"}
+        disk["on"] = True
+        refused = call("POST", f"{url}/v1/videos", {"prompt": "a hare"})
+        assert refused.status == 507 and refused.json()["error"]["code"] == "storage_full", refused.body
+        assert refused.headers["retry-after"] == "60" and "database or disk is full" in refused.json()["error"]["message"]
+        health = call("GET", f"{url}/healthz")
+        assert health.status == 200 and health.json()["status"] == "degraded", health.body
+        assert "no room" in health.json()["reason"] and "free space" in health.json()["reason"]
+        engine.go.set()  # the run ends: its mp4 cannot be written, and neither can write_failed
+        wait_for(lambda: service.dispatcher.unrecorded_state(accepted) is not None, timeout=30)
+        shown = call("GET", f"{url}/v1/videos/{accepted}").json()
+        assert shown["status"] == "failed" and shown["error"]["code"] == "write_failed", shown
+        assert service.store.get(accepted).status in ("queued", "in_progress")
+        disk["on"] = False  # space returns: the kept state is recorded, and the server is ok again
+        wait_for(lambda: service.store.get(accepted).status == "failed", timeout=30)
+        assert service.store.get(accepted).error["code"] == "write_failed"
+        assert call("GET", f"{url}/healthz").json() == {"status": "ok"}
+        assert call("POST", f"{url}/v1/videos", {"prompt": "a hare"}).status == 200
+    finally:
+        disk["on"] = False
+        stop()
+        service.close()
+
+
+def test_a_nearly_full_videos_disk_refuses_creates_and_degrades_healthz(tmp_path, monkeypatch):
+    service = service_on(InstantEngine(), tmp_path)
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        monkeypatch.setattr(jobs.shutil, "disk_usage", lambda folder: shutil._ntuple_diskusage(1 << 30, 1 << 30, 60_000))
+        refused = call("POST", f"{url}/v1/videos", {"prompt": "a fox"})
+        assert refused.status == 507 and refused.json()["error"]["code"] == "storage_full", refused.body
+        assert refused.headers["retry-after"] == "60" and "60,000 bytes free" in refused.json()["error"]["message"]
+        health = call("GET", f"{url}/healthz").json()
+        assert health["status"] == "degraded" and "60,000 bytes free" in health["reason"], health
+        assert service.store.count("queued") == 0
+    finally:
+        stop()
         service.close()

@@ -3,6 +3,8 @@ a lone surrogate in the prompt, a stored row that UTF-8 cannot carry, JSON neste
 bodies over serve.max_body_bytes (announced or chunked), a request over serve.max_pixels, and a
 store another process holds locked. And the Video's expires_at follows serve.retention."""
 
+import json
+import socket
 import sqlite3
 import time
 
@@ -20,7 +22,8 @@ PARAMS = {"prompt": "a fox", "width": 64, "height": 64, "num_frames": 5, "fps": 
 
 @pytest.fixture(scope="module")
 def app(tmp_path_factory):
-    running = start_idle(tmp_path_factory.mktemp("hostile"), limits=ServiceLimits(max_queued=1000))
+    # A short body time limit, for the slow-client tests (a trickled body is refused after it).
+    running = start_idle(tmp_path_factory.mktemp("hostile"), limits=ServiceLimits(max_queued=1000, body_timeout_s=1.0))
     yield running
     running.close()
 
@@ -67,6 +70,36 @@ def test_a_stored_row_utf8_cannot_carry_never_fails_a_read(app):
     assert damaged["status"] == "failed" and damaged["error"]["code"] == "unreadable_job"
     for video_id in ("video_surrogate", "video_damaged"):
         assert call("DELETE", f"{app.url}/v1/videos/{video_id}").status == 200
+
+
+def _multipart(fields: dict[str, bytes], boundary: str = "b0undary") -> bytes:
+    parts = [b"--%s\r\nContent-Disposition: form-data; name=\"%s\"\r\n\r\n%s\r\n" % (boundary.encode(), name.encode(), value)
+             for name, value in fields.items()]
+    return b"".join(parts) + b"--%s--\r\n" % boundary.encode()
+
+
+def test_multipart_text_that_is_not_utf8_is_refused_naming_the_field(app):
+    # The review's prompt, sent as multipart: it was stored as 'ÿþ latin1 été'.
+    form = {"Content-Type": "multipart/form-data; boundary=b0undary"}
+    before = app.service.store.count("queued")
+    reply = call("POST", f"{app.url}/v1/videos", data=_multipart({"prompt": b"\xff\xfe latin1 \xe9t\xe9"}), headers=form)
+    error = _error(reply, 400, "invalid_prompt", "prompt")
+    assert "UTF-8" in error["message"] and "0xff" in error["message"]
+    reply = call("POST", f"{app.url}/v1/videos", headers=form,
+                 data=_multipart({"prompt": b"a fox", "negative_prompt": b"blurry \xe9"}))
+    assert "UTF-8" in _error(reply, 400, "invalid_value", "negative_prompt")["message"]
+    assert app.service.store.count("queued") == before
+    ok = call("POST", f"{app.url}/v1/videos", data=_multipart({"prompt": "a fox in the snow, été".encode()}), headers=form)
+    assert ok.status == 200 and ok.json()["prompt"] == "a fox in the snow, été"
+
+
+def test_a_malformed_multipart_body_is_invalid_body(app):
+    for content_type, body in (("multipart/form-data", _multipart({"prompt": b"a fox"})),  # no boundary
+                               ("multipart/form-data; boundary=b0undary", b"--b0undary\r\nContent-Disposition: "
+                                b"form-data\r\n\r\na fox\r\n--b0undary--\r\n"),  # a part without a name
+                               ("multipart/form-data; boundary=b0undary", b"\x00not multipart at all")):
+        reply = call("POST", f"{app.url}/v1/videos", data=body, headers={"Content-Type": content_type})
+        assert "multipart" in _error(reply, 400, "invalid_body")["message"], body
 
 
 def test_json_nested_100000_deep_is_400(app):
@@ -145,3 +178,109 @@ def test_expires_at_follows_the_retention(tmp_path):
             assert call("GET", f"{app.url}/v1/videos/video_waits").json()["expires_at"] is None
         finally:
             app.close()
+
+
+def _answer_to_a_body_still_being_sent(url, head: str, body: bytes) -> tuple[str | None, bytes]:
+    """Sends `head` and then all of `body` as one client does that writes its whole request before
+    reading (urllib, the openai SDK); returns (the error sending or reading met, what was read)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=30) as conn:
+        try:
+            conn.sendall(head.encode() + b"\r\n\r\n")
+            conn.sendall(body)
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            return None, data
+        except OSError as error:
+            return type(error).__name__, b""
+
+
+def test_an_oversized_body_is_answered_so_a_client_still_sending_can_read_it(app):
+    # The review: 20 MB of JSON, Content-Length over the cap: 8 of 8 clients got "connection reset"
+    # instead of the 413 (the answer came, then the socket closed with the body unread).
+    body = b'{"prompt": "' + b"a" * (20 << 20) + b'"}'
+    for _ in range(8):
+        error, data = _answer_to_a_body_still_being_sent(
+            app.url, f"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Connection: close\r\nContent-Length: {len(body)}", body)
+        assert error is None, error
+        head, _, answer = data.partition(b"\r\n\r\n")
+        assert head.startswith(b"HTTP/1.1 413") and b"connection: close" in head.lower(), head
+        assert json.loads(answer)["error"]["code"] == "body_too_large"
+    assert call("GET", f"{app.url}/healthz").status == 200
+
+
+def test_slow_clients_are_cut_off_and_healthz_keeps_answering(app):
+    # The review: POSTs sending a body byte every 5 s and a GET sending a header line every 5 s were
+    # all still open after 70 s, each POST holding a request slot. Scaled: 100 bodies and 100 header
+    # blocks that stop arriving; /healthz answers meanwhile; every trickled body gets 408
+    # body_timeout once serve.body_timeout_s (here 1 s) has passed, every header block 408
+    # header_timeout at serve.header_timeout_s (HEADER_TIMEOUT_S on test servers); idle ones close.
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(app.url)
+    bodies, heads = [], []
+    try:
+        for _ in range(100):
+            conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
+            conn.sendall(b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            bodies.append(conn)
+            conn = socket.create_connection((parts.hostname, parts.port), timeout=30)
+            conn.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+            heads.append(conn)
+        # A kept-alive connection: one whole request answered, then the next one's headers trickle.
+        kept = socket.create_connection((parts.hostname, parts.port), timeout=30)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+        answered = b""
+        while b'"ok"' not in answered:
+            answered += kept.recv(65536)
+        kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        heads.append(kept)
+        idle = socket.create_connection((parts.hostname, parts.port), timeout=30)  # sends nothing at all
+        heads.append(idle)
+        assert call("GET", f"{app.url}/healthz").status == 200
+        for conn in bodies:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            head, _, answer = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408") and b"connection: close" in head.lower(), head
+            error = json.loads(answer)["error"]
+            assert error["code"] == "body_timeout" and "serve.body_timeout_s" in error["message"]
+        for conn in heads[:-1]:
+            data = b""
+            while chunk := conn.recv(65536):
+                data += chunk
+            head, _, answer = data.partition(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 408") and json.loads(answer)["error"]["code"] == "header_timeout", data
+        assert idle.recv(1) == b""  # closed without a word: it never began a request
+        assert call("GET", f"{app.url}/healthz").status == 200
+    finally:
+        for conn in bodies + heads:
+            conn.close()
+
+
+def test_serve_proxies_get_the_header_limit_through_rays_proxy_callback(monkeypatch):
+    # Ray Serve's proxy builds its own uvicorn server ("auto" protocol) and calls the function named
+    # by RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH first: `pipedit serve` names install, which points
+    # "auto" at the protocol with the limit. Here: what the proxy process does, in this one.
+    import importlib
+
+    import uvicorn.config
+
+    from pipedit.serve import header_timeout
+
+    variables = header_timeout.environment(7.5)
+    module, _, function = variables[header_timeout.CALLBACK_ENV].partition(":")
+    monkeypatch.setitem(uvicorn.config.HTTP_PROTOCOLS, "auto", uvicorn.config.HTTP_PROTOCOLS["auto"])
+    monkeypatch.setenv(header_timeout.TIMEOUT_ENV, variables[header_timeout.TIMEOUT_ENV])
+    assert getattr(importlib.import_module(module), function)() == []  # no middleware
+    config = uvicorn.config.Config(lambda scope, receive, send: None, http="auto")
+    config.load()
+    assert config.http_protocol_class.__name__ == "HeaderTimeoutProtocol"
+    assert config.http_protocol_class.on_headers_complete is not uvicorn.config.import_from_string(
+        "uvicorn.protocols.http.httptools_impl:HttpToolsProtocol").on_headers_complete

@@ -74,3 +74,26 @@ def test_open_service_runs_a_job_and_recovers_on_reopen(demo_checkpoint, tmp_pat
         assert reopened.get(video.id).status == "completed" and reopened.content_path(video.id).is_file()
     finally:
         reopened.shutdown()
+
+
+def test_stopping_lets_a_running_job_finish_within_the_grace_period_and_hands_back_the_rest(tmp_path):
+    """What a replica does on SIGTERM (serve.stop_grace_s): no new job; a run that ends within the
+    grace period is recorded; one still running after it goes back to the queue, free for any replica."""
+    from job_engines import GatedEngine, service_on
+    from serve_helpers import IdleEngine
+
+    for grace_s, engine, expected in ((30.0, GatedEngine(), "completed"), (0.2, IdleEngine(), "queued")):
+        service = service_on(engine, tmp_path / str(grace_s))
+        job = service.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: engine.submitted == [job.id], timeout=30)
+        closing = threading.Thread(target=service.close, args=(grace_s,))
+        closing.start()
+        wait_for(lambda: not service.healthy(), timeout=30)  # it takes no new work from here on
+        if expected == "completed":
+            engine.go.set()  # the run ends within the grace period
+        closing.join(timeout=60)
+        assert not closing.is_alive()
+        stored = service.store.get(job.id)
+        assert stored.status == expected, stored
+        assert stored.owner is None or expected == "completed", stored  # handed back: any replica may run it
+        service.store.close()

@@ -46,7 +46,7 @@ def idle_server(tmp_path):
     from serve_helpers import IdleEngine, serve_in_thread
 
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",
-                         GenerationDefaults(64, 64, 5, 2), ServiceLimits(max_queued=100))
+                         GenerationDefaults(64, 64, 5, 2), ServiceLimits(max_queued=100, body_timeout_s=0.5))
     url, stop = serve_in_thread(build_app(service))
     yield url, service
     stop()
@@ -79,3 +79,19 @@ def test_load_counts_5xx_answers(idle_server):
     report = run_load(url, requests=3, concurrency=3, timeout=5)
     assert report.server_errors == 3 and report.accepted == 0 and not report.ok
     assert "5xx 3" in report.text() and "FAILED" in report.text()
+
+
+def test_slow_connections_are_held_open_and_healthz_is_timed(idle_server, capsys):
+    # `--slow-connections`: half trickle a POST body, half a GET's headers, one byte or line every
+    # --slow-interval; the server's body time limit (here 0.5 s) ends the POSTs with 408 and each is
+    # replaced, so as many stay open; /healthz is timed all along.
+    url, _ = idle_server
+    code = main(["bench", "load", "--endpoint", url, "--requests", "2", "--concurrency", "2", "--timeout", "2",
+                 "--slow-connections", "20", "--slow-interval", "0.2", "--json"])
+    figures = json.loads(capsys.readouterr().out)
+    assert code == 1  # the idle engine ends no job
+    assert figures["slow_connections"] == 20 and figures["slow_opened"] > 20
+    assert set(figures["slow_ended"]) == {"408"}  # the POSTs' bodies; the GETs' headers stay open
+    assert figures["healthz_probes"] > 5 and figures["healthz_server_errors"] == figures["healthz_unreachable"] == 0
+    assert 0 < figures["healthz_p50_s"] <= figures["healthz_p99_s"]
+    assert main(["bench", "load", "--endpoint", url, "--slow-connections", "-1"]) == 2

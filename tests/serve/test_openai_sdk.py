@@ -22,3 +22,4 @@ def test_sdk_creates_polls_downloads_lists_and_deletes(server, sdk, tmp_path):
     assert set(ids) <= set(seen["every_id"]) and len(seen["every_id"]) == len(set(seen["every_id"]))
     assert seen["missing"] == {"status": 404, "code": "video_not_found"}
     assert seen["deleted"] == {"id": ids[-1], "object": "video.deleted", "deleted": True}
+    assert seen["oversized"] == {"status": 413, "code": "body_too_large"}

@@ -1,17 +1,22 @@
 """`pipedit serve` starts, or says why not, on any machine: a local Ray sized for the config, a
 placement that cannot fit refused within seconds, --port against a running Serve, Ctrl-C during
 start-up, and a killed rank recovered while /healthz keeps answering (the 3-rank demo config on
-this 2-core machine: its replica asks for 4 CPU bundles)."""
+this 2-core machine: its replica asks for 4 CPU bundles); its Ray listens on loopback only, and
+SIGTERM stops it as Ctrl-C does. Every server a test starts is taken down, its Ray with it, also
+when the test fails."""
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
 
+import psutil
 import pytest
 
 from pipedit.distributed.spawn import free_tcp_port
@@ -44,12 +49,50 @@ def test_a_port_that_a_running_serve_cannot_take_is_refused_or_followed():
     assert launch._serve_port(9000, port_given=True, running=None) == 9000
 
 
-def _serve(config: Path, tmp_path: Path, port: int, **env) -> subprocess.Popen:
+@contextlib.contextmanager
+def _serving(config: Path, tmp_path: Path, port: int, **env):
+    """A `pipedit serve` process, taken down with everything it started (Ray's processes) when
+    the block ends, however it ends."""
     command = [sys.executable, "-m", "pipedit.cli", "serve", "--config", str(config), "--port", str(port),
                "--data-dir", str(tmp_path / "data")]
     environment = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**environment, **env})
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**environment, **env}, start_new_session=True)
+    try:
+        yield process
+    finally:
+        _take_down(process)
+
+
+def _take_down(process: subprocess.Popen) -> None:
+    try:
+        tree = psutil.Process(process.pid).children(recursive=True)
+    except psutil.Error:
+        tree = []
+    if process.poll() is None:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)  # its session: whatever Ray left behind
+    for leftover in tree:
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
+    process.wait(timeout=30)
+    if process.stdout is not None:
+        process.stdout.close()
+
+
+def _listening(process: subprocess.Popen) -> set[str]:
+    """The addresses the server's process tree (Ray's processes included) listens on."""
+    found = set()
+    root = psutil.Process(process.pid)
+    for each in [root] + root.children(recursive=True):
+        with contextlib.suppress(psutil.Error):
+            found |= {c.laddr.ip for c in each.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+    return found
 
 
 def _get(url: str, timeout: float = 5.0) -> dict:
@@ -80,8 +123,8 @@ def test_a_placement_that_cannot_fit_fails_within_seconds(tmp_path):
     config = tmp_path / "two-gpus.yaml"
     config.write_text("model: {device: cuda}\nparallel: {ulysses: 2}\n")
     start = time.monotonic()
-    process = _serve(config, tmp_path, free_tcp_port())
-    out, _ = process.communicate(timeout=120)
+    with _serving(config, tmp_path, free_tcp_port()) as process:
+        out, _ = process.communicate(timeout=120)
     assert process.returncode == 2, out
     assert "needs 3 CPU(s) and 2 GPU(s) on one node" in out and "0 GPU(s)" in out
     assert time.monotonic() - start < 60, out  # Ray's own start included
@@ -89,25 +132,22 @@ def test_a_placement_that_cannot_fit_fails_within_seconds(tmp_path):
 
 @pytest.mark.slow
 def test_ctrl_c_during_start_up_stops_within_seconds(tmp_path):
-    process = _serve(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, free_tcp_port())
-    while "deploying" not in (line := process.stdout.readline()):
-        assert line, "the server exited before deploying"
-    time.sleep(2)  # the replica and its ranks are starting
-    assert _stop(process) < 20
+    with _serving(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, free_tcp_port()) as process:
+        while "deploying" not in (line := process.stdout.readline()):
+            assert line, "the server exited before deploying"
+        time.sleep(2)  # the replica and its ranks are starting
+        assert _stop(process) < 20
 
 
 @pytest.mark.slow
-def test_three_ranks_on_two_cores_start_and_survive_a_killed_rank(tmp_path):
+def test_three_ranks_on_two_cores_start_survive_a_killed_rank_and_stop_on_sigterm(tmp_path):
     port = free_tcp_port()
-    process = _serve(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, port, PIPEDIT_FAULTS="kill:rank=1:step=2:once")
-    try:
+    config = tmp_path / "demo-cpu-3ranks.yaml"
+    config.write_text((CONFIGS / "demo-cpu-3ranks.yaml").read_text() + "serve:\n  stop_grace_s: 1\n")
+    with _serving(config, tmp_path, port, PIPEDIT_FAULTS="kill:rank=1:step=2:once") as process:
         _wait_serving(process)
         url = f"http://127.0.0.1:{port}"
-        body = json.dumps({"prompt": "a fox", "size": "64x64", "num_frames": 5, "num_inference_steps": 4}).encode()
-        request = urllib.request.Request(f"{url}/v1/videos", data=body, method="POST",
-                                         headers={"Content-Type": "application/json"})
-        with urllib.request.urlopen(request, timeout=30) as response:
-            video_id = json.loads(response.read())["id"]
+        video_id = _create(url, {"prompt": "a fox", "size": "64x64", "num_frames": 5, "num_inference_steps": 4})
         degraded, slowest, deadline = False, 0.0, time.monotonic() + 180
         while (video := _get(f"{url}/v1/videos/{video_id}"))["status"] not in ("completed", "failed"):
             assert time.monotonic() < deadline, video
@@ -119,5 +159,30 @@ def test_three_ranks_on_two_cores_start_and_survive_a_killed_rank(tmp_path):
         assert video["status"] == "completed", video
         assert degraded, "the killed rank's group was not rebuilt"
         assert slowest < 1.0
-    finally:
-        assert _stop(process) < 20
+        # On 127.0.0.1 (the default host) its own Ray listens on loopback only, the HTTP port too.
+        listening = _listening(process)
+        assert listening and listening <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
+        # SIGTERM (systemd, Docker, Kubernetes) with a job running: stopped as by Ctrl-C, the job
+        # handed back to the store after the grace period (1 s here), exit 0 and one line.
+        running = _create(url, {"prompt": "a long one", "num_inference_steps": 100})
+        deadline = time.monotonic() + 120
+        while _get(f"{url}/v1/videos/{running}")["status"] != "in_progress":
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        start = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        out, _ = process.communicate(timeout=90)
+        assert time.monotonic() - start < 30, out
+        assert process.returncode == 0, out
+        assert out.strip().splitlines()[-1].startswith("pipedit: stopped on SIGTERM"), out
+        assert "SIGTERM received" not in out and "Traceback" not in out, out
+    with sqlite3.connect(tmp_path / "data" / "jobs.sqlite") as store:
+        status, owner = store.execute("SELECT status, owner FROM jobs WHERE id = ?", (running,)).fetchone()
+    assert status == "queued" and owner is None, (status, owner)
+
+
+def _create(url: str, body: dict) -> str:
+    request = urllib.request.Request(f"{url}/v1/videos", data=json.dumps(body).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())["id"]

@@ -57,6 +57,12 @@ def test_a_job_is_invisible_to_other_keys(keyed):
     _error(call("GET", f"{url}/v1/videos/{video_id}/events", headers=_as(BOB)), 404, "video_not_found")
     _error(call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(BOB)), 404, "video_not_found")
     _error(call("GET", f"{url}/v1/videos?after={video_id}", headers=_as(BOB)), 400, "invalid_value")
+    # A 401 names its scheme (RFC 6750), with a key or without.
+    for headers in ({}, _as("not-a-key")):
+        reply = call("GET", f"{url}/v1/videos/{video_id}", headers=headers)
+        _error(reply, 401, "invalid_api_key")
+        challenge = {k.lower(): v for k, v in reply.headers.items()}["www-authenticate"]
+        assert challenge.startswith("Bearer ") and ("invalid_token" in challenge) == bool(headers)
     # Alice still has it, whole.
     assert [v["id"] for v in call("GET", f"{url}/v1/videos", headers=_as(ALICE)).json()["data"]] == [video_id]
     assert call("GET", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).json()["status"] == "completed"
@@ -112,6 +118,20 @@ def test_admin_keys_must_be_api_keys(tmp_path):
         start_idle(tmp_path, api_keys=(ALICE,), admin_keys=(ADMIN,))
 
 
+def test_a_key_with_spaces_around_it_is_refused_at_start(tmp_path, capsys):
+    # No request could ever present it (a Bearer header's key is read stripped): refused before Ray starts.
+    from pipedit.cli import main
+
+    for given in (["--api-key", " alice-key"], ["--api-key", "bob-key", "--api-key", "alice-key\t"]):
+        assert main(["serve", "--data-dir", str(tmp_path), *given]) == 2
+        message = capsys.readouterr().err
+        assert "serve.api_keys[" in message and "whitespace" in message and "alice-key" not in message
+    config = tmp_path / "keys.yaml"
+    config.write_text("serve: {api_keys: [alice-key, 'admin-key '], admin_keys: ['admin-key ']}")
+    assert main(["serve", "--config", str(config)]) == 2
+    assert "serve.api_keys[1]" in capsys.readouterr().err
+
+
 def test_the_web_page_stays_open_with_keys(keyed):
     assert call("GET", f"{keyed.url}/").status == 200
     assert call("GET", f"{keyed.url}/v1/pipedit/options").json()["api_key_required"] is True
@@ -141,5 +161,76 @@ def test_an_old_store_gets_the_owner_column(store_url):
         assert {r.id for r in store.list()[0]} == {"video_old", "video_new"}
         with pytest.raises(KeyError):
             store.list(after="video_old", client="c1")
+    finally:
+        store.close()
+
+
+def test_an_idempotency_key_makes_one_job_per_key_and_request(keyed, tmp_path):
+    # The known rare duplicate: `pipedit render --endpoint` retrying a create whose answer was lost.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from image_inputs import multipart
+
+    url, store = keyed.url, keyed.service.store
+    again = {**_as(ALICE), "Idempotency-Key": "line-1-of-prompts"}
+    first = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 5}, headers=again)
+    assert first.status == 200 and "idempotent-replayed" not in {k.lower() for k in first.headers}
+    video_id = first.json()["id"]
+    # The same request again (as JSON, or as the multipart form the openai SDK 3 sends): the first job.
+    body, form = multipart({"prompt": "a fox", "size": "64x64", "seed": "5"})
+    for retry in (call("POST", f"{url}/v1/videos", {"seed": 5, "size": "64x64", "prompt": "a fox"}, headers=again),
+                  call("POST", f"{url}/v1/videos", data=body, headers={**again, **form})):
+        assert retry.status == 200 and retry.json()["id"] == video_id, retry.body
+        assert {k.lower(): v for k, v in retry.headers.items()}["idempotent-replayed"] == "true"
+    # The same key with another request: 409, nothing made.
+    reply = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 6}, headers=again)
+    error = _error(reply, 409, "idempotency_key_reused")
+    assert video_id in error["message"] and error["param"] == "Idempotency-Key"
+    # Another key's equal Idempotency-Key is its own job; parallel retries of one key make one job.
+    other = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 5},
+                 headers={**_as(BOB), "Idempotency-Key": "line-1-of-prompts"})
+    assert other.status == 200 and other.json()["id"] != video_id
+    parallel = {**_as(BOB), "Idempotency-Key": "a-parallel-retry"}
+    with ThreadPoolExecutor(6) as pool:
+        replies = list(pool.map(lambda _: call("POST", f"{url}/v1/videos", {"prompt": "a boat"}, headers=parallel),
+                                range(6)))
+    assert all(r.status == 200 for r in replies) and len({r.json()["id"] for r in replies}) == 1
+    rows, _ = store.list(limit=100)
+    assert len(rows) == 3
+    # A bad key is refused; a deleted job's key makes a new one.
+    _error(call("POST", f"{url}/v1/videos", {"prompt": "a fox"}, headers={**_as(ALICE), "Idempotency-Key": "a b"}),
+           400, "invalid_value")
+    assert call("DELETE", f"{url}/v1/videos/{video_id}", headers=_as(ALICE)).status == 200
+    fresh = call("POST", f"{url}/v1/videos", {"prompt": "a fox", "size": "64x64", "seed": 6}, headers=again)
+    assert fresh.status == 200 and fresh.json()["pipedit"]["seed"] == 6
+
+
+def test_a_retry_of_an_accepted_create_is_not_refused_by_a_full_queue(tmp_path):
+    from pipedit.serve.params import ServiceLimits
+
+    app = start_idle(tmp_path, api_keys=(ALICE,), limits=ServiceLimits(max_queued_per_key=1))
+    try:
+        headers = {**_as(ALICE), "Idempotency-Key": "k-1"}
+        first = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=headers)
+        assert call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=_as(ALICE)).status == 429
+        retry = call("POST", f"{app.url}/v1/videos", {"prompt": "a fox"}, headers=headers)
+        assert retry.status == 200 and retry.json()["id"] == first.json()["id"]
+    finally:
+        app.close()
+
+
+def test_the_store_refuses_a_second_job_with_an_idempotent_id(store_url):
+    # What makes one job per Idempotency-Key hold across replicas: a second row with the id fails.
+    from sqlalchemy.exc import IntegrityError
+
+    from pipedit.serve.idempotency import job_id_for
+
+    store = JobStore(store_url)
+    try:
+        record = JobRecord(id=job_id_for(client_of(ALICE), "k"), status="queued", created_at=time.time(), params=PARAMS)
+        store.add(record)
+        with pytest.raises(IntegrityError):
+            store.add(record)
+        assert job_id_for(client_of(BOB), "k") != record.id and job_id_for(None, "k") != record.id
     finally:
         store.close()

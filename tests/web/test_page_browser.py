@@ -117,3 +117,29 @@ def test_a_failed_job_shows_its_error(browser, tmp_path):
     finally:
         stop()
         service.close()
+
+
+def test_the_page_reopens_an_event_stream_at_its_lifetime_instead_of_polling(browser, tmp_path):
+    # A stream ends after serve.event_stream_max_s (here 1 s); the page used to poll from then on.
+    from pipedit.config import GenerationDefaults
+    from pipedit.serve.api import build_app
+    from pipedit.serve.jobs import JobService
+    from pipedit.serve.params import ServiceLimits
+    from pipedit.serve.store import JobStore
+    from serve_helpers import IdleEngine, serve_in_thread
+
+    service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",  # jobs stay queued
+                         GenerationDefaults(height=64, width=64, num_frames=5, steps=2),
+                         ServiceLimits(event_stream_max_s=1.0))
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        open_page(browser, url)
+        generate(browser, "waits in the queue", 64, 64, 5, 2, 0)
+        video_id = job_item(browser, "waits in the queue").get_attribute("data-id")
+        entries = "return performance.getEntriesByType('resource').map(e => e.name)"
+        events = f"{url}/v1/videos/{video_id}/events"
+        wait(browser, lambda d: d.execute_script(entries).count(events) >= 3, 20, "three streams, one after another")
+        assert f"{url}/v1/videos/{video_id}" not in browser.execute_script(entries)  # never polled
+    finally:
+        stop()
+        service.close()

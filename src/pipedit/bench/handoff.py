@@ -66,7 +66,7 @@ def _object_store_times(shape, repeats: int) -> list[float]:
 
 
 def bench_handoff(repeats: int = 5) -> str:
-    from ..runtime.executor import ensure_ray
+    from ..runtime.ray_instance import ensure_ray, stop_ray
 
     started = ensure_ray(2)
     lines = [f"latent handoff, median of {repeats} transfers (object store: includes two actor calls)",
@@ -78,8 +78,5 @@ def bench_handoff(repeats: int = 5) -> str:
             p2p = statistics.median(run_on_gloo_ranks(_p2p_rank, 2, shape, repeats, timeout_s=600)[1])
             lines.append(f"{name:<22} {mib:>7.1f} {store * 1e3:>16.2f} {p2p * 1e3:>14.2f}")
     finally:
-        if started:
-            import ray
-
-            ray.shutdown()
+        stop_ray(started)
     return "\n".join(lines)

@@ -78,7 +78,7 @@ def check_cells(model_path: str, settings: LatencySettings, model: str | None = 
 def bench_latency(config: EngineConfig, settings: LatencySettings, out_dir: Path) -> dict:
     """Runs every cell, writes latency.json/.md/.png into out_dir, returns the report."""
     from ..runtime.engine import resolve_model_path
-    from ..runtime.executor import ensure_ray
+    from ..runtime.ray_instance import ensure_ray, stop_ray
     from .report import write_reports
 
     model_path = str(resolve_model_path(config.model.path, config.model.name))
@@ -94,10 +94,7 @@ def bench_latency(config: EngineConfig, settings: LatencySettings, out_dir: Path
             for method in settings.methods:
                 report["cells"] += _run_method(configs[method], method, settings, cells, bar)
     finally:
-        if started_ray:
-            import ray
-
-            ray.shutdown()
+        stop_ray(started_ray)
     write_reports(report, out_dir)
     return report
 

@@ -1,9 +1,11 @@
 """`pipedit bench load`: a bounded burst of create requests against a running server.
 
 Each of C workers submits a request, then polls it until it ends; a 429 is counted as rejected
-(not retried). The report: accepted / rejected / succeeded / failed / cancelled counts, 5xx
-answers, and submit->terminal latency percentiles of the accepted jobs. The run fails (exit 1)
-when an accepted job did not reach a terminal state or any answer was a 5xx."""
+(not retried). Meanwhile GET /healthz is timed every 0.1 s, and `slow_connections` slow clients
+(slow_clients.py) may be held open. The report: accepted / rejected / succeeded / failed /
+cancelled counts, 5xx answers, submit->terminal latency percentiles of the accepted jobs, /healthz
+latency percentiles and its 5xx, and how the server ended the slow clients. The run fails (exit 1)
+when an accepted job did not reach a terminal state or any answer (/healthz too) was a 5xx."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ from dataclasses import asdict, dataclass, field
 from urllib.parse import urlsplit
 
 import numpy as np
+
+from .slow_clients import HealthProbe, SlowClients
 
 TERMINAL = ("completed", "failed", "cancelled")
 POLL_S = 0.2
@@ -38,17 +42,27 @@ class LoadReport:
     unreachable: int = 0
     latencies_s: list[float] = field(default_factory=list)
     wall_s: float = 0.0
+    healthz_latencies_s: list[float] = field(default_factory=list)
+    healthz_server_errors: int = 0  # 5xx answers to /healthz
+    healthz_unreachable: int = 0
+    slow_connections: int = 0  # slow clients held open at once
+    slow_opened: int = 0  # slow clients opened in all (one more each time the server ended one)
+    slow_ended: dict = field(default_factory=dict)  # how the server ended them: status or "closed" -> count
 
-    def percentile(self, q: float) -> float | None:
-        return float(np.percentile(self.latencies_s, q)) if self.latencies_s else None
+    def percentile(self, q: float, values: list[float] | None = None) -> float | None:
+        values = self.latencies_s if values is None else values
+        return float(np.percentile(values, q)) if values else None
 
     @property
     def ok(self) -> bool:
-        return self.not_terminal == 0 and self.server_errors == 0 and self.unreachable == 0
+        return (self.not_terminal == 0 and self.server_errors == 0 and self.unreachable == 0
+                and self.healthz_server_errors == 0 and self.healthz_unreachable == 0)
 
     def summary(self) -> dict:
-        figures = {k: v for k, v in asdict(self).items() if k != "latencies_s"}
+        figures = {k: v for k, v in asdict(self).items() if k not in ("latencies_s", "healthz_latencies_s")}
         figures.update({f"p{q}_s": self.percentile(q) for q in (50, 90, 99)})
+        figures.update({f"healthz_p{q}_s": self.percentile(q, self.healthz_latencies_s) for q in (50, 99)})
+        figures["healthz_probes"] = len(self.healthz_latencies_s)
         return figures
 
     def text(self) -> str:
@@ -62,7 +76,13 @@ class LoadReport:
             f"accepted jobs: succeeded {self.succeeded}, failed {self.failed}, cancelled {self.cancelled}, "
             f"not terminal {self.not_terminal}",
             f"latency submit->terminal: p50 {seconds(50)}, p90 {seconds(90)}, p99 {seconds(99)}",
-            "every accepted job ended in a terminal state, no 5xx" if self.ok else
+            f"/healthz: {len(self.healthz_latencies_s)} probes, p50 {_ms(self.percentile(50, self.healthz_latencies_s))}, "
+            f"p99 {_ms(self.percentile(99, self.healthz_latencies_s))}, 5xx {self.healthz_server_errors}, "
+            f"unreachable {self.healthz_unreachable}",
+            *([f"slow clients: {self.slow_connections} open at once, {self.slow_opened} opened in all; ended by "
+               f"the server: {', '.join(f'{k} x{v}' for k, v in sorted(self.slow_ended.items())) or 'none'}"]
+              if self.slow_connections else []),
+            "every accepted job ended in a terminal state, no 5xx (/healthz neither)" if self.ok else
             "FAILED: some accepted jobs did not end, or the server answered 5xx / was unreachable",
         ]
         return "\n".join(lines)
@@ -70,9 +90,11 @@ class LoadReport:
 
 def run_load(endpoint: str, requests: int, concurrency: int, duration: float | None = None, *,
              body: dict | None = None, api_key: str | None = None, timeout: float = 600.0,
-             progress: bool = False) -> LoadReport:
+             progress: bool = False, slow_connections: int = 0, slow_interval_s: float = 5.0) -> LoadReport:
     """Sends up to `requests` create calls, `concurrency` at a time, none after `duration` seconds;
-    waits up to `timeout` seconds (from the start) for every accepted job to end."""
+    waits up to `timeout` seconds (from the start) for every accepted job to end. Meanwhile times
+    /healthz, with `slow_connections` slow clients open (one byte or header line every
+    `slow_interval_s`)."""
     base = endpoint.rstrip("/")
     body = body or {"prompt": "a load test: a red fox running through snow"}
     report, lock = LoadReport(), threading.Lock()
@@ -89,11 +111,27 @@ def run_load(endpoint: str, requests: int, concurrency: int, duration: float | N
             _count(report, outcome, latency)
             bar.update(1)
 
-    with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        list(pool.map(one, range(requests)))
+    slow = SlowClients(endpoint, slow_connections, slow_interval_s)
+    with HealthProbe(endpoint) as probe:
+        if slow_connections:
+            slow.__enter__()
+            time.sleep(min(1.0, slow_interval_s))  # all open before the burst
+        try:
+            with ThreadPoolExecutor(max_workers=concurrency) as pool:
+                list(pool.map(one, range(requests)))
+        finally:
+            if slow_connections:
+                slow.__exit__()
     bar.close()
     report.wall_s = time.monotonic() - started
+    report.healthz_latencies_s = probe.latencies_s
+    report.healthz_server_errors, report.healthz_unreachable = probe.server_errors, probe.unreachable
+    report.slow_connections, report.slow_opened, report.slow_ended = slow_connections, slow.opened, dict(slow.ended)
     return report
+
+
+def _ms(seconds: float | None) -> str:
+    return "n/a" if seconds is None else f"{seconds * 1000:.1f} ms"
 
 
 def _one_job(base: str, body: dict, api_key: str | None, deadline: float) -> tuple[str, float | None, list[int]]:

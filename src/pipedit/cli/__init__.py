@@ -32,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     quiet_libraries()
     args = build_parser().parse_args(argv)
+    if getattr(args, "address", None):  # read where Ray is attached (pipedit.runtime.ray_instance)
+        os.environ["RAY_ADDRESS"] = args.address
     try:
         return args.run(args)
     except UserInputError as error:

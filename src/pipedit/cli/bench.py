@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
-from .flags import (add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags, add_pipeline_flags,
-                    base_config, lora_overrides, pipeline_overrides)
+from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
+                    add_pipeline_flags, base_config, lora_overrides, pipeline_overrides)
 
 
 def add_parser(sub) -> None:
@@ -18,6 +18,9 @@ def add_parser(sub) -> None:
     kinds = p.add_subparsers(dest="bench", required=True)
     for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache):
         add(kinds)
+    for name, kind in kinds.choices.items():
+        if name != "load":  # load talks HTTP to a server
+            add_address_flag(kind)
 
 
 def _at_least_one(args, *names: str) -> None:
@@ -260,6 +263,11 @@ def _add_load(kinds) -> None:
     p.add_argument("--num-frames", type=int, default=5)
     p.add_argument("--steps", type=int, default=2, help="num_inference_steps of each request (default 2)")
     p.add_argument("--allow-remote", action="store_true", help="allow an endpoint that is not on loopback")
+    p.add_argument("--slow-connections", type=int, default=0,
+                   help="slow clients held open during the burst: half trickle a POST body, half a GET's "
+                        "headers (default 0)")
+    p.add_argument("--slow-interval", type=float, default=5.0,
+                   help="seconds between a slow client's bytes or header lines (default 5)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.set_defaults(run=_run_load)
 
@@ -271,6 +279,9 @@ def _run_load(args) -> int:
     from ..bench.load import is_loopback, run_load
 
     _at_least_one(args, "requests", "concurrency")
+    if args.slow_connections < 0 or args.slow_interval <= 0:
+        raise UserInputError(f"--slow-connections must be 0 or more and --slow-interval positive, got "
+                             f"{args.slow_connections} and {args.slow_interval}")
     if args.duration is not None and args.duration <= 0:
         raise UserInputError(f"--duration must be a positive number of seconds, got {args.duration}")
     if urlsplit(args.endpoint).scheme not in ("http", "https"):
@@ -281,7 +292,8 @@ def _run_load(args) -> int:
     body = {"prompt": args.prompt, "size": args.size, "num_frames": args.num_frames,
             "num_inference_steps": args.steps}
     report = run_load(args.endpoint, args.requests, args.concurrency, args.duration, body=body,
-                      api_key=args.api_key, timeout=args.timeout, progress=not args.json)
+                      api_key=args.api_key, timeout=args.timeout, progress=not args.json,
+                      slow_connections=args.slow_connections, slow_interval_s=args.slow_interval)
     print(json.dumps(report.summary()) if args.json else report.text())
     return 0 if report.ok else 1
 

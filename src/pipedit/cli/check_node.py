@@ -4,12 +4,15 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
+    from .flags import add_address_flag
+
     p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result",
                        epilog="Before you rent the GPUs, dry-run the config on any machine: "
                               "pipedit dry-run --config FILE (memory per rank, collective matching).")
     p.add_argument("--model-path", help="checkpoint folder (default: the full-width synthetic HunyuanVideo on "
                                         "CUDA, built once into the cache; the demo model on CPU)")
     p.add_argument("--config", help="YAML engine config for model and generation settings; flags override it")
+    add_address_flag(p)
     p.add_argument("--ranks", type=int, help="ranks to use (default: every visible GPU; 2 on CPU)")
     p.add_argument("--cases", help="comma-separated case names to run (default: all that fit; see the output)")
     p.add_argument("--height", type=int, default=256)
@@ -57,7 +60,7 @@ def run(args) -> int:
     from ..machine.check import check_node, default_tolerance, node_cases, passed
     from ..errors import UserInputError
     from ..runtime.engine import resolve_model_path
-    from ..runtime.executor import ensure_ray
+    from ..runtime.ray_instance import ensure_ray, stop_ray
 
     config = _config(args)
     ranks = args.ranks or (torch.cuda.device_count() if config.model.device_type() == "cuda" else 2)
@@ -68,14 +71,11 @@ def run(args) -> int:
     tolerance = args.tolerance if args.tolerance is not None else default_tolerance(config)
     print(f"check-node: {len(cases)} configurations on {ranks} ranks ({config.model.device_type()}), "
           f"{args.height}x{args.width}x{args.num_frames}, {args.steps} steps, tolerance {tolerance:g}")
-    import ray
-
     started = ensure_ray(ranks)  # one Ray instance for every configuration
     try:
         outcomes = check_node(config, cases, tolerance)
     finally:
-        if started:
-            ray.shutdown()
+        stop_ray(started)
     bad = [o.case.name for o in outcomes if not passed(o, tolerance)]
     print(f"{len(outcomes) - len(bad)} passed, {len(bad)} failed" + (f": {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0

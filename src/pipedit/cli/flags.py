@@ -46,6 +46,13 @@ def add_engine_flags(p, seed_help: str) -> None:
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_compile_flag(p)
     add_pipeline_flags(p)
+    add_address_flag(p)
+
+
+def add_address_flag(p) -> None:
+    """--address: the Ray cluster to attach to (pipedit.runtime.ray_instance; main passes it on as RAY_ADDRESS)."""
+    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else an instance of this "
+                                     "command's own, on loopback; never another one left on this machine)")
 
 
 def add_compile_flag(p, help: str | None = None) -> None:

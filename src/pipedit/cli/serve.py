@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from .flags import add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags
+    from .flags import add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags
 
     p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
     p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
@@ -12,13 +12,13 @@ def add_parser(sub) -> None:
     p.add_argument("--host", help="address to bind (default 127.0.0.1: this machine only)")
     p.add_argument("--port", type=int, help="port (default 8000)")
     p.add_argument("--data-dir", help="where jobs.sqlite and the videos live (default: <pipedit cache>/serve)")
-    p.add_argument("--address", help="Ray cluster address (default: RAY_ADDRESS, else a local Ray instance)")
     p.add_argument("--max-queued", type=int, help="queued jobs beyond this are refused with 429")
     p.add_argument("--database-url", help="job store URL, e.g. postgresql+psycopg://user@host/db "
                                           "(default: SQLite in the data folder)")
     p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
     p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
+    add_address_flag(p)
     add_compile_flag(p)
     add_idle_expert_flag(p)
     add_lora_flags(p)
@@ -40,6 +40,15 @@ def _config(args):
 
 
 def run(args) -> int:
+    import os
+
+    from ..serve.header_timeout import CALLBACK_ENV, environment
     from ..serve.launch import serve_until_interrupted
 
-    return serve_until_interrupted(_config(args), args.address, args.demo_prompt, port_given=args.port is not None)
+    config = _config(args)
+    # Before Ray starts: its Serve proxies take their header time limit from this environment (an
+    # operator's own proxy callback, if set, is left alone).
+    wanted = environment(config.serve.header_timeout_s)
+    if os.environ.get(CALLBACK_ENV, wanted[CALLBACK_ENV]) == wanted[CALLBACK_ENV]:
+        os.environ.update(wanted)
+    return serve_until_interrupted(config, args.address, args.demo_prompt, port_given=args.port is not None)

@@ -12,6 +12,10 @@ Retry-After (at most MAX_RETRY_AFTER_S) when it sends one: about a minute at mos
 without Retry-After. A 429 on create (the server's queue is full) holds every new create for
 its Retry-After and does not count while jobs of this run are in flight (they make room); the
 line fails only after RETRIES of them in a row with nothing of ours in flight.
+
+Every create of a line carries one Idempotency-Key, made for that line in this run: a retry after
+a connection that dropped before the answer came gets the job the first try made, never a second
+one (servers from before the header ignore it).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import os
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections import deque
 from pathlib import Path
 
@@ -93,13 +98,15 @@ class RemoteRunner:
 
     def __call__(self, lines: list[RenderLine], out_dir: Path, batch: Batch) -> None:
         self._check_reachable()
-        waiting, in_flight = deque(lines), {}  # video id -> (line, time submitted)
+        # (line, its Idempotency-Key); video id -> (line, time submitted)
+        waiting, in_flight = deque((line, f"pipedit-render-{uuid.uuid4().hex}") for line in lines), {}
         hold_until, full = 0.0, 0  # no create before hold_until; 429s in a row with nothing in flight
         while waiting or in_flight:
             while waiting and len(in_flight) < self.max_in_flight and time.monotonic() >= hold_until:
-                line = waiting.popleft()
+                line, retry_key = waiting.popleft()
                 try:
-                    video = self._call("POST", "/v1/videos", create_request(line), retry_429=False)
+                    video = self._call("POST", "/v1/videos", create_request(line), retry_429=False,
+                                       headers={"Idempotency-Key": retry_key})
                 except UserInputError as error:
                     batch.finished(line, error=str(error))
                     continue
@@ -107,7 +114,7 @@ class RemoteRunner:
                     if error.status == 429:  # queue full: retry this line after Retry-After
                         full = full + 1 if not in_flight else 0
                         if full <= RETRIES:
-                            waiting.appendleft(line)
+                            waiting.appendleft((line, retry_key))
                             hold_until = time.monotonic() + backoff(full, error.retry_after)
                             break
                     batch.finished(line, error=f"the server refused it: {error}")
@@ -181,19 +188,19 @@ class RemoteRunner:
             # Any HTTP answer means a server is there; an unhealthy one fails the jobs it refuses.
 
     def _call(self, method: str, path: str, body: tuple[bytes, str] | None = None, raw: bool = False,
-              retries: int = RETRIES, retry_429: bool = True):
+              retries: int = RETRIES, retry_429: bool = True, headers: dict | None = None):
         """The answer's JSON (bytes if raw); transient failures retried (see the module's doc)."""
         for retry in range(retries + 1):
             try:
-                return self._once(method, path, body, raw)
+                return self._once(method, path, body, raw, headers or {})
             except ApiFailure as error:
                 if error.status not in TRANSIENT or retry == retries or (error.status == 429 and not retry_429):
                     raise
                 self.sleep(backoff(retry, error.retry_after))
 
-    def _once(self, method: str, path: str, body: tuple[bytes, str] | None, raw: bool):
-        """`body`: (bytes, Content-Type), as create_request builds it."""
-        headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+    def _once(self, method: str, path: str, body: tuple[bytes, str] | None, raw: bool, headers: dict):
+        """`body`: (bytes, Content-Type), as create_request builds it; `headers`: more to send."""
+        headers = dict(headers, **({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}))
         data = None
         if body is not None:
             data, headers["Content-Type"] = body

@@ -52,7 +52,7 @@ def measure_request_times(config: EngineConfig, model_path: str, request: VideoR
     """One calibration in a fresh rank actor; the actor is killed before this returns."""
     import ray
 
-    from .executor import ensure_ray
+    from .ray_instance import ensure_ray, stop_ray
 
     started_ray = ensure_ray(1)
     use_gpu = config.model.device_type() == "cuda"
@@ -63,8 +63,7 @@ def measure_request_times(config: EngineConfig, model_path: str, request: VideoR
         return ray.get(actor.measure.remote(model_path, request))
     finally:
         ray.kill(actor)
-        if started_ray:
-            ray.shutdown()
+        stop_ray(started_ray)
 
 
 def _calibration_file() -> Path:

@@ -7,8 +7,8 @@ and `call_rank(rank, method, *args)`; a Ray executor also submits calls without 
 
 from __future__ import annotations
 
-import logging
 import os
+import shutil
 import tempfile
 from typing import Any
 
@@ -19,6 +19,7 @@ from ..errors import UserInputError
 from .decode_worker import DecodeWorker
 from .layout import WorldLayout
 from .rank import CPU_THREADS_ENV, cpu_threads_per_rank
+from .ray_instance import ensure_ray, stop_ray
 from .rank_failure import RankGroupError, leaves_group_intact
 from .worker import DenoiseWorker
 
@@ -55,6 +56,7 @@ class RayExecutor:
         self._ray = ray
         self.layout = layout
         self._started_ray = ensure_ray(layout.world_size)
+        self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
         env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env(), **_thread_env(layout.world_size)}
@@ -83,6 +85,7 @@ class RayExecutor:
         limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
         rendezvous = self.get(self.actors[0].rendezvous_address.remote(), limit)
+        self._rendezvous = rendezvous
         self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors], limit)
 
     def get(self, refs, timeout: float | None = None):
@@ -167,8 +170,9 @@ class RayExecutor:
             self._ray.kill(actor, no_restart=True)
         if self._first_bundle == 0:  # a group of our own (not the Serve replica's)
             remove_placement_group(self._group)
-        if self._started_ray:
-            self._ray.shutdown()
+        if self._rendezvous.startswith("file://"):  # rank 0's file store, on this machine
+            shutil.rmtree(os.path.dirname(self._rendezvous.removeprefix("file://")), ignore_errors=True)
+        stop_ray(self._started_ray)
 
 
 def _now() -> float:
@@ -214,21 +218,6 @@ def _rank_bundles(world_size: int, use_gpu: bool):
     group = placement_group([bundle] * world_size, strategy="STRICT_PACK")
     ray.get(group.ready(), timeout=120)
     return group, 0
-
-
-def ensure_ray(world_size: int) -> bool:
-    """Starts a local Ray instance unless one is running (or RAY_ADDRESS names a cluster).
-    Returns whether this call started it."""
-    import ray
-
-    if ray.is_initialized():
-        return False
-    if os.environ.get("RAY_ADDRESS"):
-        ray.init()
-        return False
-    # A CPU slot per rank even on small machines: ranks share cores, gloo still works.
-    ray.init(num_cpus=max(os.cpu_count() or 1, world_size), include_dashboard=False, logging_level=logging.WARNING)
-    return True
 
 
 def create_executor(config: EngineConfig, model_path: str, layout: WorldLayout):

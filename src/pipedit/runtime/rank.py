@@ -66,10 +66,19 @@ class RankWorker:
         return ray.util.get_node_ip_address(), gpu_identity(self.device)
 
     def rendezvous_address(self) -> str:
-        """host:port for torch.distributed, chosen on rank 0's node."""
+        """torch.distributed's init_method, chosen on rank 0's node: tcp://node:port (its store
+        listens on every interface, as ranks on several nodes need); on a loopback node (an
+        instance of our own: one machine, see ray_instance) a file store in a new folder instead,
+        so that nothing listens beyond loopback."""
+        import ipaddress
+        import tempfile
+
         import ray.util
 
-        return f"{ray.util.get_node_ip_address()}:{free_tcp_port('')}"
+        node = ray.util.get_node_ip_address()
+        if ipaddress.ip_address(node).is_loopback:
+            return f"file://{tempfile.mkdtemp(prefix='pipedit-rendezvous-')}/store"
+        return f"tcp://{node}:{free_tcp_port('')}"
 
     def _join(self, model_path: str, rendezvous: str | None) -> None:
         quiet_libraries()
@@ -89,6 +98,7 @@ class RankWorker:
                                     loras=model.lora, fuse_loras=model.fuse_loras, named_loras=model.loras)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
+        """`rendezvous`: rank 0's rendezvous_address."""
         import torch.distributed as dist
 
         torch.set_num_threads(cpu_threads_per_rank(self.layout.world_size))
@@ -101,7 +111,7 @@ class RankWorker:
             options["device_id"] = self.device
         dist.init_process_group(
             backend="nccl" if self.device.type == "cuda" else "gloo",
-            init_method=f"tcp://{rendezvous}", rank=self.rank, world_size=self.layout.world_size,
+            init_method=rendezvous, rank=self.rank, world_size=self.layout.world_size,
             # Above every operation deadline: it only backs them up (and bounds the rendezvous).
             timeout=timedelta(seconds=self.config.reliability.group_timeout_s), **options,
         )

@@ -36,7 +36,7 @@ def measure_sp_step(config: EngineConfig, model_path: str, request: VideoRequest
     """Median driver-side seconds of one denoising step on SP_RANKS ranks (Ulysses, synchronous
     all-to-all, no decode ranks), after WARMUP_STEPS untimed steps."""
     from .engine import Engine
-    from .executor import ensure_ray
+    from .ray_instance import ensure_ray, stop_ray
 
     parallel = replace(config.parallel, ulysses=SP_RANKS, ring=1, decode_ranks=0, ranks=None,
                        pipesp_chunk="off", aco="off")
@@ -56,10 +56,7 @@ def measure_sp_step(config: EngineConfig, model_path: str, request: VideoRequest
                 ex.call("step", False)
                 seconds.append(time.perf_counter() - start)
     finally:
-        if started_ray:
-            import ray
-
-            ray.shutdown()
+        stop_ray(started_ray)
     return statistics.median(seconds)
 
 

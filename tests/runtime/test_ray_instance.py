@@ -1,0 +1,108 @@
+"""Which Ray a command runs on: the cluster --address / RAY_ADDRESS names, else an instance of its
+own started with address="local" (never one a killed head left in Ray's temp folder), bound to
+loopback. The arguments are checked without Ray; one subprocess starts a real instance next to a
+stale `ray_current_cluster` file and lists the sockets it listens on."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+from pipedit.runtime import ray_instance
+
+
+@pytest.fixture
+def fake_init(monkeypatch):
+    """ray.init replaced: records its arguments and whether Ray's cluster switch was off meanwhile."""
+    import ray
+    from ray._private import ray_constants
+
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append((kw, ray_constants.ENABLE_RAY_CLUSTER)))
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    return calls
+
+
+def test_an_address_attaches_and_none_starts_an_instance_of_its_own(fake_init, monkeypatch):
+    from ray._private import ray_constants
+
+    switch = ray_constants.ENABLE_RAY_CLUSTER
+    assert ray_instance.connect_ray(num_cpus=3) is True
+    (own, switch_meanwhile), = fake_init
+    assert own["address"] == "local" and own["num_cpus"] == 3 and switch_meanwhile is False
+    assert ray_constants.ENABLE_RAY_CLUSTER == switch  # restored once started
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert ray_instance.connect_ray(num_cpus=3) is False
+    assert fake_init[-1][0]["address"] == "10.0.0.1:6379" and "num_cpus" not in fake_init[-1][0]
+    assert ray_instance.connect_ray("10.0.0.2:6379", num_cpus=3) is False  # --address beats RAY_ADDRESS
+    assert fake_init[-1][0]["address"] == "10.0.0.2:6379"
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert ray_instance.connect_ray(num_cpus=3) is True and fake_init[-1][0]["address"] == "local"
+
+
+def test_the_address_flag_reaches_every_command_that_starts_ray(monkeypatch):
+    from pipedit.cli import build_parser
+
+    parser = build_parser()
+    for argv in (["generate", "--prompt", "p", "--output", "o.mp4"], ["render", "p.txt", "--out-dir", "d"],
+                 ["bench", "latency"], ["bench", "handoff"], ["check-node"], ["serve"]):
+        assert parser.parse_args(argv + ["--address", "10.0.0.1:6379"]).address == "10.0.0.1:6379", argv
+
+
+_STALE = """
+import json, os, psutil, ray
+from pipedit.runtime.ray_instance import ensure_ray, stop_ray
+try:
+    ray.init(num_cpus=2)  # what generate did: Ray finds the stale file and refuses
+    refused = None
+except Exception as error:
+    refused = str(error)
+owned = ensure_ray(2)
+try:
+    node = ray.get(ray.remote(lambda: ray.util.get_node_ip_address()).remote())
+    listening = set()
+    for process in [psutil.Process()] + psutil.Process().children(recursive=True):
+        try:
+            listening |= {c.laddr.ip for c in process.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            pass
+finally:
+    stop_ray(owned)
+print(json.dumps({"refused": refused, "owned": owned, "node": node, "listening": sorted(listening)}))
+"""
+
+
+@pytest.mark.slow
+def test_a_stale_cluster_file_is_ignored_and_the_own_instance_listens_on_loopback_only():
+    # A short folder: Ray's socket paths inside it must stay under the OS's 107 characters.
+    temp = tempfile.mkdtemp(prefix="rt")
+    try:
+        os.makedirs(os.path.join(temp, "ray"))
+        with open(os.path.join(temp, "ray", "ray_current_cluster"), "w") as stale:
+            stale.write("127.0.0.1:9")  # a head that was killed: nothing listens there
+        env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+        done = subprocess.run([sys.executable, "-c", _STALE], env={**env, "RAY_TMPDIR": temp}, capture_output=True,
+                              text=True, timeout=180)
+        assert done.returncode == 0, done.stderr[-3000:]
+        seen = json.loads(done.stdout.strip().splitlines()[-1])
+        assert "num_cpus" in (seen["refused"] or ""), seen  # the file is where Ray looks for a cluster
+        assert seen["owned"] is True and seen["node"] == "127.0.0.1", seen
+        loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
+        assert seen["listening"] and set(seen["listening"]) <= loopback, seen
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_pipedit_never_turns_rays_token_authentication_off():
+    """Only tests turn it off, in their own environment (tests/conftest.py)."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    sources = [*(root / "src").rglob("*.py"), *(root / "serve").rglob("*.py"), *(root / "integrations").rglob("*.py"),
+               root / "Makefile", *(root / "configs").glob("*")]
+    setting = [str(path.relative_to(root)) for path in sources if path.is_file() and "RAY_AUTH_MODE" in path.read_text()]
+    assert setting == []
