@@ -51,6 +51,7 @@ def _relative(ours, reference):
     return ((ours - reference).abs().max() / reference.abs().max()).item()
 
 
+@pytest.mark.slow
 def test_each_request_gets_its_own_adapters_across_switches(checkpoint, adapters):
     """A (both adapters, one at its configured default scale), none, B (one adapter), A again."""
     both = _reference(checkpoint, adapters, [0.7, 1.3])

@@ -84,6 +84,7 @@ def test_fused_adapters_equal_unfused(checkpoint, adapters, reference):
     assert _relative(ours, reference) <= 1e-4
 
 
+@pytest.mark.slow
 def test_a14b_adapter_on_both_experts_equals_diffusers(tmp_path_factory):
     checkpoint = _write_checkpoint(tmp_path_factory, "a14b")
     adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("a14b-loras"))
