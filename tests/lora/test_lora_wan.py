@@ -93,6 +93,8 @@ def test_a14b_adapter_on_both_experts_equals_diffusers(tmp_path_factory):
     assert _relative(ours, reference) <= 1e-4
     only_first = _ours(checkpoint, [f"{adapters[1]}:0.9"])  # transformer only, diffusers' default
     assert _relative(only_first, reference) > 1e-3
+    with pytest.raises(UserInputError, match="cannot be combined with idle_expert offload"):
+        _load(checkpoint, f"{adapters[1]}:0.9:both", idle_expert="offload")
 
 
 def _load(checkpoint, *loras, **options):
