@@ -31,6 +31,7 @@ class VideoRequest:
     negative_prompt: str | None = None  # None: the model's own default (models with classifier-free guidance)
     image: bytes | None = field(default=None, repr=False)  # image-to-video: the image file's bytes
     guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
+    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
 
     def __post_init__(self):
         for spec in request_fields():
