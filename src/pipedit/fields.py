@@ -125,7 +125,7 @@ _STEPS = "Denoising steps."
 # The refusal of flow_shift by a model whose sampler has no shift ({family}: the model's).
 FLOW_SHIFT_REFUSAL = ("flow_shift needs a scheduler with a flow-matching shift (the models that take it: "
                       "hunyuan-video, and wan with a flow-sigma UniPC, DPM-Solver or flow-match Euler scheduler, as "
-                      "their releases have); this {family} checkpoint's scheduler has none: leave it out")
+                      "their releases have); {family}: this checkpoint's scheduler has none; leave it out")
 FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
                     hint=": describe the video to generate", label="Prompt"),
