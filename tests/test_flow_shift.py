@@ -45,10 +45,16 @@ def test_the_cli_flag_is_checked_with_the_same_words(capsys):
     assert "generation.flow_shift must be > 0, got 0" in capsys.readouterr().err
 
 
-def test_a_shift_keys_a_render_line_and_a_line_without_one_keeps_its_key():
+def test_a_shift_keys_a_render_line_and_a_line_without_one_keeps_its_key(tmp_path):
     plain = {"prompt": "a fox", "model": "m", "steps": 4}
     assert settings_key(dict(plain, flow_shift=None)) == settings_key(plain)
     assert settings_key(dict(plain, flow_shift=5.0)) not in (settings_key(plain), settings_key(dict(plain, flow_shift=3.0)))
+    # The run's --flow-shift (generation.flow_shift) is a line's shift when the line sets none.
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "a fox"}\n')
+    (unshifted,) = read_lines(prompts, GenerationDefaults(), "m")
+    (shifted,) = read_lines(prompts, GenerationDefaults(flow_shift=5.0), "m")
+    assert shifted.settings["flow_shift"] == 5.0 and shifted.key != unshifted.key
 
 
 def test_a_job_stores_runs_and_echoes_the_shift(demo_checkpoint):
