@@ -17,7 +17,9 @@ from pipedit.sampling import SamplingParams, scheduler_for, shift_parameter
 from pipedit.serve.errors import ApiError
 from pipedit.serve.options import create_options
 from pipedit.serve.params import ServiceLimits, request_values, resolve
-from pipedit.serve.schemas import create_params_model, extras_model
+from pipedit.serve.schemas import create_params_model
+from pipedit.serve.store import JobRecord
+from pipedit.serve.views import to_video
 
 
 @pytest.mark.parametrize("value", [0.0, -2.5])  # a zero shift maps every sigma to 0
@@ -65,7 +67,13 @@ def test_a_job_stores_runs_and_echoes_the_shift(demo_checkpoint):
     default = resolve(create_params_model()(prompt="a fox"), "m", GenerationDefaults(flow_shift=8.0),
                       ServiceLimits(), validate=served)
     assert default.flow_shift == 8.0  # the server's generation.flow_shift
-    assert "flow_shift" in extras_model().model_fields  # echoed in a Video's `pipedit`
+    record = JobRecord(id="video_1", status="completed", created_at=1.0, params=settings.to_json(),
+                       extras={"stage": "done", "timings": {"denoise_s": 2.0, "cfg_branches": 1.0}})
+    echoed = to_video(record, "m").pipedit
+    assert (echoed.flow_shift, echoed.timings["cfg_branches"]) == (5.0, 1.0)  # a Video's `pipedit`
+    before = {k: v for k, v in settings.to_json().items() if k != "flow_shift"}  # a row older than the field
+    older = to_video(JobRecord(id="video_0", status="queued", created_at=1.0, params=before), "m")
+    assert older.status == "queued" and older.pipedit.flow_shift is None  # read, not shown as unreadable
     request = VideoRequest("a fox", steps=3, flow_shift=5.0)
     assert SamplingParams.of(request) == SamplingParams(steps=3, flow_shift=5.0)
 
