@@ -30,7 +30,7 @@ from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams
+from pipedit.sampling import SamplingParams, shift_parameter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
@@ -48,8 +48,9 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
-    # Image-to-video and two-expert checkpoints widen these at load (image, needs_image, guidance_scale_2).
-    capabilities = Capabilities(negative_prompt=True, cfg_parallel=True)
+    # Each checkpoint sets these at load: image-to-video and two-expert ones widen them (image,
+    # needs_image, guidance_scale_2); flow_shift is whether its scheduler has a shift to set.
+    capabilities = Capabilities(negative_prompt=True, cfg_parallel=True, flow_shift=True)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident", expert_homes: list | None = None):
@@ -62,7 +63,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
         self.layout = layout
         self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
-                                    guidance_scale_2=layout.two_experts)
+                                    guidance_scale_2=layout.two_experts,
+                                    flow_shift=shift_parameter(components["scheduler"].config) is not None)
         self.expert_set = None  # the denoise ranks' experts (dit loaded)
         # Hazard: AutoencoderKLWan keeps its causal feature caches on the module itself, and every
         # encode and decode resets both (clear_cache). The text rank encodes the next request's
@@ -136,16 +138,16 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
     def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image=None,
-                      shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
-        """negative_prompt None: the empty one, as WanPipeline without a negative prompt. Image-to-
-        video: `image` (RGB PIL) and the request's `shape` give the image condition too."""
+                      shape: VideoShape | None = None, guided: bool = True) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the empty one, as WanPipeline without a negative prompt; not
+        encoded at all without guidance (`guided` False: guidance_scale <= 1), as WanPipeline.
+        Image-to-video: `image` (RGB PIL) and the request's `shape` give the image condition too."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
-        negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
-        cond = {
-            "prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device),
-            "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, negative, self.device),
-        }
+        cond = {"prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device)}
+        if guided:
+            negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
+            cond["negative_prompt_embeds"] = encode_text(self.tokenizer, self.text_encoder, negative, self.device)
         if image is not None or self.capabilities.needs_image:
             cond.update(self.encode_image(image, shape))
         return cond
@@ -178,11 +180,12 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     # -- guidance ----------------------------------------------------------------------------
     def cfg_branches(self, cond: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """[negative, positive] conditions (combine_guidance's order); each branch carries the
-        image condition too (the same tensors), since CFG parallel hands a group its branch only."""
+        """[negative, positive] conditions (combine_guidance's order), [positive] for a request
+        encoded without guidance; each branch carries the image condition too (the same tensors),
+        since CFG parallel hands a group its branch only."""
         shared = {key: cond[key] for key in _IMAGE_KEYS if key in cond}
-        return [{"prompt_embeds": cond["negative_prompt_embeds"], **shared},
-                {"prompt_embeds": cond["prompt_embeds"], **shared}]
+        keys = ("negative_prompt_embeds", "prompt_embeds") if "negative_prompt_embeds" in cond else ("prompt_embeds",)
+        return [{"prompt_embeds": cond[key], **shared} for key in keys]
 
     def guidance_scale_at(self, request, timestep) -> float:
         """The step's guidance scale (an AdapterHooks hook, asked by runtime/denoise.py):

@@ -14,6 +14,7 @@ import torch
 from .capabilities import Capabilities
 from .errors import InvalidRequestError, ModelPathError
 from .fields import FIELDS
+from .guidance import guidance_applies
 from .sampling import SamplingParams
 
 from . import families as _families
@@ -155,7 +156,7 @@ def check_inputs(adapter, **values) -> None:
         raise UnsupportedInputError(f"this {family} checkpoint is image-to-video: send an image (png, jpeg or webp) "
                                     f"with the prompt", "image")
     scale, scale_2 = values.get("guidance_scale"), values.get("guidance_scale_2")
-    if scale_2 is not None and scale is not None and scale > 1 and scale_2 < 1:
+    if scale_2 is not None and scale is not None and guidance_applies(scale) and scale_2 < 1:
         # One scale <= 1 means "no guidance" at every step; below 1 the low-noise steps would need
         # both branches combined with a weight under 1, which pipedit's per-step seam does not run.
         raise UnsupportedInputError(

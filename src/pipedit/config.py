@@ -176,6 +176,7 @@ class GenerationDefaults:
     steps: int = 10
     guidance_scale: float = 6.0
     guidance_scale_2: float | None = None  # two-expert Wan2.2: the low-noise expert's scale; None: guidance_scale
+    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
     seed: int = 0
     fps: int = 24
     # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md),

@@ -126,6 +126,14 @@ class DenoiseWorker(RankWorker):
         if self.sp is not None and self.sp.aco_capable:
             self.sp.strategy.active = active
 
+    def job_report(self) -> dict[str, float]:
+        """The current job's timings besides seconds: `cfg_branches`, the guidance branches a step
+        ran (mean over its steps; 1 without guidance, whatever the CFG-parallel layout), and the
+        step cache's report."""
+        if self.job is None:
+            return {}
+        return {"cfg_branches": self.job.branches_per_step, **self.cache_report()}
+
     def cache_report(self) -> dict[str, float]:
         """The current job's transformer evaluations computed and skipped ({} when uncached)."""
         return self.job.cache.report() if self.job is not None and self.job.cache is not None else {}
