@@ -39,6 +39,7 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
         "takes_image": capabilities.image,
         "needs_image": capabilities.needs_image,
         "takes_guidance_scale_2": capabilities.guidance_scale_2,
+        "takes_flow_shift": capabilities.flow_shift,
         "image_formats": list(IMAGE_FORMATS.values()),
         "max_image_pixels": limits.max_image_pixels,
         "max_upload_bytes": limits.max_upload_bytes,

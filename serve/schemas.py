@@ -67,8 +67,9 @@ class _Extras(BaseModel):
     queue_position: Optional[int] = Field(None, description="Jobs ahead of this one; null once it runs.")
     input_reference: Optional[ImageInfo] = Field(None, description="The image the video starts from (image-to-video).")
     timings: dict[str, float] = Field(
-        default_factory=dict, description="Seconds per phase; with a step cache also cache_computed and cache_skipped "
-                                          "(transformer evaluations run and skipped).")
+        default_factory=dict, description="Seconds per phase; cfg_branches, the guidance branches run per step (2 with "
+                                          "classifier-free guidance, 1 without); with a step cache also cache_computed "
+                                          "and cache_skipped (transformer evaluations run and skipped).")
 
 
 def echoed_fields():

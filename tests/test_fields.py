@@ -20,7 +20,7 @@ from pipedit.serve.options import create_options
 from pipedit.serve.params import ServiceLimits, resolve
 from pipedit.serve.schemas import create_params_model, extras_model
 
-EVERYTHING = Capabilities(negative_prompt=True, image=True, guidance_scale_2=True)
+EVERYTHING = Capabilities(negative_prompt=True, image=True, guidance_scale_2=True, flow_shift=True)
 
 
 class _Model:

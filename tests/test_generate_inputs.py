@@ -99,7 +99,7 @@ def test_wan_negative_prompt_reaches_encode_prompt_and_gives_wanpipelines_latent
     latents = tmp_path / "latents.pt"
     assert main(["generate", "--prompt", "a cat", "--model-path", str(wan_demo), "--negative-prompt", NEGATIVE,
                  *WAN_SIZE, "--output", str(tmp_path / "v.mp4"), "--save-latents", str(latents)]) == 0
-    assert seen == [{"negative_prompt": NEGATIVE}]
+    assert seen == [{"negative_prompt": NEGATIVE, "guided": True}]  # guidance 5 (WAN_SIZE): both branches
 
     pipe = WanPipeline.from_pretrained(wan_demo)
     pipe.set_progress_bar_config(disable=True)

@@ -8,6 +8,8 @@ denoising loop itself lives in pipedit's engine.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
@@ -19,7 +21,7 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams
+from pipedit.sampling import SamplingParams, scheduler_for, shift_parameter
 
 from .parallel import TextKeys, install_processors
 from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
@@ -36,7 +38,9 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
     # memory with the 13B DiT.
     preferred_text_encoder = "vae"
-    capabilities = Capabilities()  # embedded guidance: no negative branch
+    # Embedded guidance: no negative branch. flow_shift: whether the checkpoint's scheduler has a
+    # shift to set (set at load; HunyuanVideo releases name the flow-match Euler scheduler).
+    capabilities = Capabilities(flow_shift=True)
 
     def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
                  vae_tiling: str = "auto"):
@@ -51,6 +55,8 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
         self.spatial_ratio = self.vae_config["spatial_compression_ratio"]
         self.temporal_ratio = self.vae_config["temporal_compression_ratio"]
         self.text_keys = TextKeys()  # shared with the attention processors (see prepare_condition)
+        self.capabilities = replace(type(self).capabilities,
+                                    flow_shift=shift_parameter(components["scheduler"].config) is not None)
         if "transformer" in components:
             self._route_attention()
 
@@ -64,9 +70,11 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
+                        fuse_loras=False, named_loras=()):
         """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
-        auto, on or off (see _set_tiling)."""
+        auto, on or off (see _set_tiling); loras go into the transformer before the attention
+        processors (pipedit.lora.inject)."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:
@@ -79,6 +87,10 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
+        if (loras or named_loras) and "transformer" in components:
+            from pipedit.lora.inject import apply_loras
+
+            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, vae_tiling)
 
     @property
@@ -174,7 +186,7 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
         return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
     def make_scheduler(self, sampling: SamplingParams):
-        scheduler = type(self.components["scheduler"]).from_config(self.scheduler_config)
+        scheduler = scheduler_for(self.components["scheduler"], sampling)
         sigmas = np.linspace(1.0, 0.0, sampling.steps + 1)[:-1]
         scheduler.set_timesteps(sigmas=sigmas, device=self.device)
         scheduler.set_begin_index(0)

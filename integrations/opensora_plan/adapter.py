@@ -99,15 +99,20 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
-    def encode_prompt(self, prompt: str, negative_prompt: str | None = None) -> dict[str, torch.Tensor]:
-        """negative_prompt None: the official sample script's negative prompt (NEGATIVE_PROMPT)."""
+    def encode_prompt(self, prompt: str, negative_prompt: str | None = None,
+                      guided: bool = True) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the official sample script's negative prompt (NEGATIVE_PROMPT); not
+        encoded at all without guidance (`guided` False: guidance_scale <= 1), as the official
+        pipeline."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
         embeds, mask = encode_text(self.tokenizer, self.text_encoder, POSITIVE_TEMPLATE.format(prompt), self.device)
-        negative_text = NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
-        negative, negative_mask = encode_text(self.tokenizer, self.text_encoder, negative_text, self.device)
-        return {"prompt_embeds": embeds, "prompt_attention_mask": mask,
-                "negative_prompt_embeds": negative, "negative_prompt_attention_mask": negative_mask}
+        cond = {"prompt_embeds": embeds, "prompt_attention_mask": mask}
+        if guided:
+            negative_text = NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
+            negative, negative_mask = encode_text(self.tokenizer, self.text_encoder, negative_text, self.device)
+            cond.update(negative_prompt_embeds=negative, negative_prompt_attention_mask=negative_mask)
+        return cond
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """The DiT sees all 512 text tokens with their key mask, as the official model does."""
@@ -118,11 +123,11 @@ class OpenSoraPlanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     # -- guidance ----------------------------------------------------------------------------
     def cfg_branches(self, cond: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """[negative, positive] conditions, the official batch order."""
-        return [
-            {"prompt_embeds": cond["negative_prompt_embeds"], "prompt_attention_mask": cond["negative_prompt_attention_mask"]},
-            {"prompt_embeds": cond["prompt_embeds"], "prompt_attention_mask": cond["prompt_attention_mask"]},
-        ]
+        """[negative, positive] conditions, the official batch order; [positive] for a request
+        encoded without guidance."""
+        prefixes = ("negative_", "") if "negative_prompt_embeds" in cond else ("",)
+        return [{"prompt_embeds": cond[f"{p}prompt_embeds"], "prompt_attention_mask": cond[f"{p}prompt_attention_mask"]}
+                for p in prefixes]
 
     @torch.no_grad()
     def predict_branches(self, latents: torch.Tensor, timestep: torch.Tensor,

@@ -30,7 +30,7 @@ from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams
+from pipedit.sampling import SamplingParams, shift_parameter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
@@ -48,8 +48,9 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
-    # Image-to-video and two-expert checkpoints widen these at load (image, needs_image, guidance_scale_2).
-    capabilities = Capabilities(negative_prompt=True, cfg_parallel=True)
+    # Each checkpoint sets these at load: image-to-video and two-expert ones widen them (image,
+    # needs_image, guidance_scale_2); flow_shift is whether its scheduler has a shift to set.
+    capabilities = Capabilities(negative_prompt=True, cfg_parallel=True, flow_shift=True)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident", expert_homes: list | None = None):
@@ -62,7 +63,8 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
         self.layout = layout
         self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
-                                    guidance_scale_2=layout.two_experts)
+                                    guidance_scale_2=layout.two_experts,
+                                    flow_shift=shift_parameter(components["scheduler"].config) is not None)
         self.expert_set = None  # the denoise ranks' experts (dit loaded)
         # Hazard: AutoencoderKLWan keeps its causal feature caches on the module itself, and every
         # encode and decode resets both (clear_cache). The text rank encodes the next request's
@@ -78,10 +80,12 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto",
-                        idle_expert="resident"):
+                        idle_expert="resident", loras=(), fuse_loras=False, named_loras=()):
         """dtype None loads each component as diffusers' pipeline does by default. Wan decodes
         untiled, as WanPipeline does by default (vae_tiling auto or off). idle_expert (two-expert
-        checkpoints, denoise ranks): resident or offload (experts.py)."""
+        checkpoints, denoise ranks): resident or offload (experts.py). loras go into the experts
+        they name right after loading (pipedit.lora.inject); offload refuses them (its host copies
+        are the checkpoint's files, which hold no adapter)."""
         if vae_tiling not in ("auto", "off"):
             raise UserInputError(f"vae_tiling {vae_tiling!r} is not available for wan (it decodes untiled): "
                                  f"use auto or off")
@@ -90,6 +94,9 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         index = read_model_index(path)
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         layout = WanLayout.read(path, index, configs["transformer"])
+        if (loras or named_loras) and idle_expert == "offload" and layout.two_experts:
+            raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
+                                 "copy is its checkpoint files); use idle_expert resident")
         # Offload (on a GPU): the idle expert never occupies the device, even while loading.
         offload = idle_expert == "offload" and layout.two_experts and torch.device(device).type != "cpu"
         components = {name: load_component(path, index, name, dtype=dtype, device=device)
@@ -106,6 +113,10 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
                 idle = module, mapped(folder, module)
             components["transformer_2"] = idle[0]
             expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
+        if (loras or named_loras) and "transformer" in components:
+            from pipedit.lora.inject import apply_loras
+
+            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
 
     def _boundary_timestep(self) -> float | None:
@@ -127,16 +138,16 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- prompt ----------------------------------------------------------------------------
     @torch.no_grad()
     def encode_prompt(self, prompt: str, negative_prompt: str | None = None, image=None,
-                      shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
-        """negative_prompt None: the empty one, as WanPipeline without a negative prompt. Image-to-
-        video: `image` (RGB PIL) and the request's `shape` give the image condition too."""
+                      shape: VideoShape | None = None, guided: bool = True) -> dict[str, torch.Tensor]:
+        """negative_prompt None: the empty one, as WanPipeline without a negative prompt; not
+        encoded at all without guidance (`guided` False: guidance_scale <= 1), as WanPipeline.
+        Image-to-video: `image` (RGB PIL) and the request's `shape` give the image condition too."""
         if not prompt or not prompt.strip():
             raise InvalidRequestError("prompt must be a non-empty string")
-        negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
-        cond = {
-            "prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device),
-            "negative_prompt_embeds": encode_text(self.tokenizer, self.text_encoder, negative, self.device),
-        }
+        cond = {"prompt_embeds": encode_text(self.tokenizer, self.text_encoder, prompt, self.device)}
+        if guided:
+            negative = DEFAULT_NEGATIVE_PROMPT if negative_prompt is None else negative_prompt
+            cond["negative_prompt_embeds"] = encode_text(self.tokenizer, self.text_encoder, negative, self.device)
         if image is not None or self.capabilities.needs_image:
             cond.update(self.encode_image(image, shape))
         return cond
@@ -169,11 +180,12 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     # -- guidance ----------------------------------------------------------------------------
     def cfg_branches(self, cond: dict[str, torch.Tensor]) -> list[dict[str, torch.Tensor]]:
-        """[negative, positive] conditions (combine_guidance's order); each branch carries the
-        image condition too (the same tensors), since CFG parallel hands a group its branch only."""
+        """[negative, positive] conditions (combine_guidance's order), [positive] for a request
+        encoded without guidance; each branch carries the image condition too (the same tensors),
+        since CFG parallel hands a group its branch only."""
         shared = {key: cond[key] for key in _IMAGE_KEYS if key in cond}
-        return [{"prompt_embeds": cond["negative_prompt_embeds"], **shared},
-                {"prompt_embeds": cond["prompt_embeds"], **shared}]
+        keys = ("negative_prompt_embeds", "prompt_embeds") if "negative_prompt_embeds" in cond else ("prompt_embeds",)
+        return [{"prompt_embeds": cond[key], **shared} for key in keys]
 
     def guidance_scale_at(self, request, timestep) -> float:
         """The step's guidance scale (an AdapterHooks hook, asked by runtime/denoise.py):

@@ -22,6 +22,7 @@ import torch
 
 from pipedit.components import read_component_config
 from pipedit.config import IDLE_EXPERT_MODES
+from pipedit.guidance import guidance_applies
 from pipedit.mapped_weights import mapped
 
 
@@ -91,7 +92,7 @@ class Experts:
         """This step's scale: guidance_scale_2 (None: guidance_scale) for the low-noise expert. A
         request without guidance (guidance_scale <= 1) stays unguided at every step, as diffusers
         decides guidance from guidance_scale alone."""
-        if guidance_scale <= 1 or self.index_for(timestep) == 0 or guidance_scale_2 is None:
+        if not guidance_applies(guidance_scale) or self.index_for(timestep) == 0 or guidance_scale_2 is None:
             return guidance_scale
         return guidance_scale_2
 

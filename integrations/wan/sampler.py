@@ -1,5 +1,6 @@
-"""The checkpoint's own scheduler (Wan releases name UniPC multistep with flow prediction), a fresh
-instance per request, stepped as WanPipeline steps it."""
+"""The checkpoint's own scheduler (Wan releases name UniPC multistep with flow prediction; distilled
+releases may name another, with another shift), a fresh instance per request with the request's
+shift if it sets one, stepped as WanPipeline steps it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 import torch
 
-from pipedit.sampling import SamplingParams
+from pipedit.sampling import SamplingParams, scheduler_for
 
 
 class GeneratorFreeStep:
@@ -26,8 +27,9 @@ class GeneratorFreeStep:
 
 
 def make_scheduler(template, sampling: SamplingParams, device) -> tuple[Any, torch.Tensor]:
-    """A new scheduler of the checkpoint's class and config, timesteps set as WanPipeline sets them."""
-    scheduler = type(template).from_config(template.config)
+    """A new scheduler of the checkpoint's class and config (and the request's shift), timesteps set
+    as WanPipeline sets them."""
+    scheduler = scheduler_for(template, sampling)
     scheduler.set_timesteps(sampling.steps, device=device)
     scheduler.set_begin_index(0)
     if "generator" not in inspect.signature(scheduler.step).parameters:

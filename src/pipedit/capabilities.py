@@ -14,6 +14,8 @@ class Capabilities:
     image: bool = False  # image-to-video conditioning
     needs_image: bool = False  # image-to-video only: a request without an image is refused
     guidance_scale_2: bool = False  # two experts, the low-noise one with its own guidance scale
+    # A scheduler with a flow-matching shift a request may set (pipedit.sampling.shift_parameter).
+    flow_shift: bool = False
     # Ring attention (a head's sequence split over ranks); sparse layers that attend over a head's
     # whole sequence on one rank (OpenSoraPlan's Skiparse) cannot.
     ring: bool = True

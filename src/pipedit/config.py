@@ -37,10 +37,32 @@ class ModelConfig:
     # Two-expert models (Wan2.2 A14B) on the denoise ranks: resident (both experts on the device) or
     # offload (the idle expert on the host, swapped once per request at the boundary; no-op on CPU).
     idle_expert: str = "resident"
+    # LoRA adapters on the DiT for the whole run (--lora PATH[:SCALE[:EXPERTS]]): a list of those strings
+    # or of {path, scale, experts} (pipedit.lora.spec), held as LoraSpecs; applied on every request.
+    lora: tuple = ()
+    # Merge model.lora into the DiT's weights at load (no per-step cost; the adapters cannot be changed).
+    fuse_loras: bool = False
+    # Adapters requests choose by name (VideoRequest.loras): {NAME: PATH} or {NAME: {path, scale,
+    # experts}}, the scale being the name's default; read once at start, held as ((name, LoraSpec), ...).
+    loras: tuple = ()
+    # Named adapters whose weights stay on the GPU; the least recently used go back to host memory.
+    max_gpu_loras: int = 4
 
     def __post_init__(self):
+        from .lora.spec import lora_specs
+
         if not isinstance(self.compile, bool):
             raise UserInputError(f"model.compile must be true or false, got {self.compile!r}")
+        if not isinstance(self.fuse_loras, bool):
+            raise UserInputError(f"model.fuse_loras must be true or false, got {self.fuse_loras!r}")
+        from .lora.spec import named_loras
+
+        object.__setattr__(self, "lora", lora_specs(self.lora))
+        object.__setattr__(self, "loras", named_loras(self.loras))
+        if not _is_int(self.max_gpu_loras) or self.max_gpu_loras < 1:
+            raise UserInputError(f"model.max_gpu_loras must be an integer >= 1, got {self.max_gpu_loras!r}")
+        if self.fuse_loras and not self.lora:
+            raise UserInputError("model.fuse_loras needs adapters to fuse: give model.lora (--lora PATH[:SCALE])")
         if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
@@ -154,6 +176,7 @@ class GenerationDefaults:
     steps: int = 10
     guidance_scale: float = 6.0
     guidance_scale_2: float | None = None  # two-expert Wan2.2: the low-noise expert's scale; None: guidance_scale
+    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
     seed: int = 0
     fps: int = 24
     # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md),

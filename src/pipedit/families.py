@@ -66,6 +66,9 @@ class Family:
     options: frozenset[str] = frozenset()  # load_adapter options it takes (LOADING_OPTIONS)
     heads: str | None = None  # (path) -> int; None: transformer/config.json's num_attention_heads
     teacache: tuple[float, ...] | None = None  # TeaCache rescale polynomial (highest power first)
+    # "module:Class" of the diffusers LoRA loader mixin whose lora_state_dict reads the family's LoRA
+    # files (its _lora_loadable_modules: the components adapters go into); None: LoRA refused.
+    lora: str | None = None
 
     def load(self, target: str) -> Any:
         return load(target)
@@ -226,6 +229,7 @@ register(Family(
     # fitted by the TeaCache authors on the modulated input of double_blocks[0] (img_norm1 then
     # img_mod shift/scale).
     teacache=(7.33226126e02, -4.01131952e02, 6.75869174e01, -3.14987800e00, 9.61237896e-02),
+    lora="diffusers.loaders.lora_pipeline:HunyuanVideoLoraLoaderMixin",
 ))
 
 register(Family(
@@ -262,6 +266,7 @@ register(Family(
     adapter=f"{_INTEGRATIONS}.wan.adapter:WanAdapter",
     pipelines=("WanPipeline", "WanImageToVideoPipeline"),
     options=frozenset({"idle_expert"}),
+    lora="diffusers.loaders.lora_pipeline:WanLoraLoaderMixin",
     planner=Planner(full_size="pipedit.planner.models:WAN_SIZES",
                     from_checkpoint="pipedit.planner.models:wan_from_checkpoint",
                     vae_flops="pipedit.planner.vae_cost:wan_flops",

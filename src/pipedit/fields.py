@@ -31,7 +31,8 @@ class GenerationField:
     kind: type  # int, float, str, or bytes (the image)
     default: Any  # the config's default (None: the model's own, or the field it falls back to)
     description: str  # the API's description and the CLI's help
-    low: float | None = None  # inclusive lower bound of a number
+    low: float | None = None  # lower bound of a number, inclusive unless low_open
+    low_open: bool = False  # the number must lie above `low` (a scheduler shift: > 0)
     high: float | None = None  # inclusive upper bound everywhere (a server may bound it lower: `limit`)
     limit: str | None = None  # the serve config's upper bound on a server (e.g. max_steps)
     nullable: bool = False  # None allowed (the model's default, or another field's value)
@@ -98,14 +99,17 @@ class GenerationField:
             allowed = self._range(top)
             raise error(f"{name} must be {'an integer' if integer else 'a number'}"
                         f"{f' ({allowed})' if allowed else ''}{self.hint}, got {value!r}")
-        if (self.low is not None and value < self.low) or (top is not None and value > top):
+        below = self.low is not None and (value <= self.low if self.low_open else value < self.low)
+        if below or (top is not None and value > top):
             raise error(f"{name} must be {self._range(top)}{self.hint}, got {value!r}")
         return value if integer else float(value)
 
     def _range(self, top: float | None) -> str:
-        """Counts read "at least 1", real numbers ">= 0"."""
+        """Counts read "at least 1", real numbers ">= 0" (an open bound: "> 0")."""
         show = (lambda bound: f"{int(bound)}") if self.kind is int else (lambda bound: f"{bound:g}")
         low = None if self.low is None else show(self.low)
+        if low is not None and self.low_open:
+            return f"> {low}" + (f" and <= {show(top)}" if top is not None else "")
         if low is not None and top is not None:
             return f"between {low} and {show(top)}"
         if low is not None:
@@ -118,6 +122,10 @@ class GenerationField:
 # Named in the refusal of an image by a model without image conditioning.
 IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
 _STEPS = "Denoising steps."
+# The refusal of flow_shift by a model whose sampler has no shift ({family}: the model's).
+FLOW_SHIFT_REFUSAL = ("flow_shift needs a scheduler with a flow-matching shift (the models that take it: "
+                      "hunyuan-video, and wan with a flow-sigma UniPC, DPM-Solver or flow-match Euler scheduler, as "
+                      "their releases have); {family}: this checkpoint's scheduler has none; leave it out")
 FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
                     hint=": describe the video to generate", label="Prompt"),
@@ -136,6 +144,10 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                     nullable=True, capability="guidance_scale_2", label="Guidance, low-noise expert",
                     refusal="guidance_scale_2 applies to two-expert checkpoints only (Wan2.2 A14B: transformer_2 and "
                             "boundary_ratio); this {family} checkpoint has one transformer: leave it out"),
+    GenerationField("flow_shift", float, None, "The flow-matching scheduler's shift (sigma -> shift*sigma / "
+                    "(1 + (shift-1)*sigma)); left out: the checkpoint scheduler's own. Few-step distilled models "
+                    "name the shift they were distilled with.", low=0, low_open=True, nullable=True,
+                    capability="flow_shift", label="Scheduler shift", refusal=FLOW_SHIFT_REFUSAL),
     GenerationField("seed", int, 0, "Seed of the initial noise.", low=0, high=2**63 - 1, label="Seed"),
     GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,
                     label="Frames per second"),

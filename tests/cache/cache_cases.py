@@ -16,6 +16,7 @@ HUNYUAN = {"prompt": "a lighthouse at dusk", "height": 80, "width": 112, "num_fr
 SMALL_HUNYUAN = {**HUNYUAN, "height": 48, "width": 48, "num_frames": 5, "steps": 3}
 OSP = {"prompt": "a red fox in the snow", "height": 64, "width": 64, "num_frames": 9, "steps": 6, "seed": 3,
        "guidance_scale": 4.5}
+UNGUIDED_OSP = {**OSP, "guidance_scale": 0.5}  # no classifier-free guidance: the conditional pass alone
 
 
 def _config(model_path: str, parallel: dict) -> EngineConfig:
@@ -23,12 +24,15 @@ def _config(model_path: str, parallel: dict) -> EngineConfig:
 
 
 @functools.lru_cache(maxsize=4)
-def _encoded(model_path: str, prompt: str) -> dict[str, torch.Tensor]:
-    return load_adapter(model_path, parts={"text"}).encode_prompt(prompt)
+def _encoded(model_path: str, prompt: str, guidance_scale: float) -> dict[str, torch.Tensor]:
+    """As the text rank encodes it (no negative prompt for a request without guidance)."""
+    from pipedit.runtime.rank import encode_request
+
+    return encode_request(load_adapter(model_path, parts={"text"}), VideoRequest(prompt, guidance_scale=guidance_scale))
 
 
 def _condition(model_path: str, request: VideoRequest) -> dict[str, torch.Tensor]:
-    return dict(_encoded(model_path, request.prompt))
+    return dict(_encoded(model_path, request.prompt, request.guidance_scale))
 
 
 def run_denoise(rank: int, world_size: int, model_path: str, parallel: dict, request: dict, cache: str) -> dict:
@@ -59,6 +63,7 @@ def run_denoise(rank: int, world_size: int, model_path: str, parallel: dict, req
         worker.step(aco=layout.aco)
     state = worker.job.cache
     result = {"latents": worker.job.latents.clone(), "report": worker.cache_report(), "local_sums": local,
+              "cfg_branches": worker.job_report()["cfg_branches"],
               "computed": list(state.computed) if state else None,
               "distances": list(state.distances) if state else None}
     return result  # no finish: the decode side of the handoff is not under test
@@ -89,17 +94,22 @@ def _serve_helper(worker, model_path: str, request: VideoRequest) -> dict:
 
 
 # (name, model key, parallel settings, cache): the layouts of a 2-rank world the agreement test
-# runs one after another in the same spawned processes.
+# runs one after another in the same spawned processes. The last one is no step-cache case: CFG
+# parallel on a request without guidance, in the same world to spare spawning another.
 LAYOUTS = (
     ("ulysses2", "hunyuan", {"ulysses": 2}, "fbcache:0.4"),
     ("cfg_parallel", "osp", {"cfg_parallel": True}, "fbcache:0.45"),
     ("aco", "hunyuan", {"decode_ranks": 1, "aco": "on"}, "teacache:0.1"),
+    ("cfg_unguided", "osp", {"cfg_parallel": True}, "none"),
 )
 
 
+def layout_request(name: str, model: str) -> dict:
+    return UNGUIDED_OSP if name == "cfg_unguided" else {"hunyuan": HUNYUAN, "osp": OSP}[model]
+
+
 def agreement_world(rank: int, world_size: int, paths: dict) -> dict:
-    requests = {"hunyuan": HUNYUAN, "osp": OSP}
-    return {name: run_denoise(rank, world_size, paths[model], parallel, requests[model], cache)
+    return {name: run_denoise(rank, world_size, paths[model], parallel, layout_request(name, model), cache)
             for name, model, parallel, cache in LAYOUTS}
 
 

@@ -1,9 +1,10 @@
 """Step caching on several ranks equals the same cached run on one rank, and every rank (Aco
 helpers included) skips the same steps.
 
-One spawned 2-rank gloo world runs three layouts one after another with the real worker code
+One spawned 2-rank gloo world runs four layouts one after another with the real worker code
 (cache_cases.LAYOUTS): HunyuanVideo on Ulysses 2 with fbcache, OpenSoraPlan (real CFG) on CFG
-parallel with fbcache, and HunyuanVideo on Aco (1 denoise rank + 1 helper) with teacache.
+parallel with fbcache, and HunyuanVideo on Aco (1 denoise rank + 1 helper) with teacache; and,
+sharing the world, OpenSoraPlan on CFG parallel without guidance (guidance_scale 0.5, uncached).
 Thresholds come from the distances measured on these demo requests (see docs/caching.md): every
 agreed distance lies at least 2% away from its threshold, so float rounding cannot flip a
 decision, and each run both computes and skips some steps (asserted).
@@ -15,20 +16,17 @@ each branch as a batch of one instead of two, and Aco's helpers run the same ker
 
 import pytest
 import torch
-from cache_cases import HUNYUAN, LAYOUTS, OSP, agreement_world, run_denoise
+from cache_cases import HUNYUAN, LAYOUTS, agreement_world, layout_request, run_denoise
 
 from pipedit.cache.policy import FirstBlockPolicy, relative_l1
 from pipedit.cache.spec import CacheSpec
 from pipedit.distributed.spawn import run_on_gloo_ranks
 
-REQUESTS = {"hunyuan": HUNYUAN, "osp": OSP}
-
-
 @pytest.fixture(scope="module")
 def runs(demo_checkpoint, osp_demo):
     paths = {"hunyuan": str(demo_checkpoint), "osp": str(osp_demo)}
     ranks = run_on_gloo_ranks(agreement_world, 2, paths, timeout_s=400)
-    single = {name: run_denoise(0, 1, paths[model], {}, REQUESTS[model], cache)
+    single = {name: run_denoise(0, 1, paths[model], {}, layout_request(name, model), cache)
               for name, model, _, cache in LAYOUTS}
     return ranks, single
 
@@ -48,6 +46,19 @@ def test_cached_parallel_run_equals_one_rank_and_skips_the_same_steps(runs, name
         assert result["computed"] == reference["computed"]
         assert _relative(result["latents"], reference["latents"]) <= 1e-4
         assert result["report"] == reference["report"]
+
+
+def test_cfg_parallel_without_guidance_equals_one_rank(runs):
+    """guidance_scale 0.5 on OpenSoraPlan: each CFG group runs the conditional pass alone, as one
+    rank does, and keeps its own prediction. Each group is a one-rank SP world running the same
+    batch-1 forward, so the two ranks agree bit for bit; against the in-process rank, whose thread
+    count differs, the contract's 1e-4 relative bound."""
+    ranks, single = runs
+    first, second = (r["cfg_unguided"] for r in ranks)
+    assert torch.equal(first["latents"], second["latents"])
+    assert _relative(first["latents"], single["cfg_unguided"]["latents"]) <= 1e-4
+    assert first["cfg_branches"] == second["cfg_branches"] == single["cfg_unguided"]["cfg_branches"] == 1.0
+    assert ranks[0]["cfg_parallel"]["cfg_branches"] == 2.0  # the guided request of the same world
 
 
 def test_aco_helpers_skip_with_their_peers(runs):

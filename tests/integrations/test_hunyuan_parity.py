@@ -80,3 +80,20 @@ def test_stored_dtypes_load_as_diffusers_loads_them(demo_checkpoint, tmp_path):
     with Engine(EngineConfig(model=ModelConfig(path=str(mixed)))) as engine:
         ours = engine.generate(VideoRequest(PROMPT, height=64, width=64, num_frames=5, steps=2, seed=4)).latents
     assert (ours - reference).abs().max().item() <= 1e-4
+
+
+def test_a_shifted_run_equals_diffusers_with_that_shift(demo_checkpoint, diffusers_pipeline):
+    """flow_shift 2 (the demo's scheduler has 7): diffusers' pipeline with its scheduler rebuilt by
+    FlowMatchEulerDiscreteScheduler.from_config(config, shift=2.0)."""
+    from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
+
+    shifted = FlowMatchEulerDiscreteScheduler.from_config(diffusers_pipeline.scheduler.config, shift=2.0)
+    pipe = HunyuanVideoPipeline(**dict(diffusers_pipeline.components, scheduler=shifted))
+    pipe.set_progress_bar_config(disable=True)
+    request = VideoRequest(PROMPT, num_frames=5, steps=3, seed=4, flow_shift=2.0)
+    with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))) as engine:
+        ours, unshifted = engine.generate(request).latents, engine.generate(VideoRequest(
+            PROMPT, num_frames=5, steps=3, seed=4)).latents
+    reference = _reference(pipe, 128, 128, 5, 3, 4, "latent")
+    assert (ours - reference).abs().max().item() <= 1e-4
+    assert (unshifted - reference).abs().max().item() > 1e-2  # the shift is applied

@@ -94,7 +94,7 @@ def test_wan_takes_a_negative_prompt_and_refuses_an_image(tmp_path, monkeypatch)
     done, refused = read_manifest(tmp_path / "out")
     assert done["status"] == "done" and done["negative_prompt"] == NEGATIVE
     assert refused["status"] == "failed" and "wan with this checkpoint takes no image" in refused["error"]
-    assert seen == [("a cat", {"negative_prompt": NEGATIVE})]
+    assert seen == [("a cat", {"negative_prompt": NEGATIVE, "guided": True})]  # the run's guidance is above 1
 
 
 class Recorder(BaseHTTPRequestHandler):

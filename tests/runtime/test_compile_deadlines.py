@@ -30,7 +30,7 @@ class RecordingExecutor:
         if method == "step":
             self.steps += 1
             return self.steps
-        return {} if method in ("encode_prompt", "cache_report") else None
+        return {} if method in ("encode_prompt", "job_report") else None
 
     def call(self, method, *args, timeout=None):
         return [self._record(method, args, timeout)]

@@ -40,3 +40,20 @@ def test_request_error_from_a_worker_stays_a_user_error(ray_session, demo_checkp
     ])
     assert code == 2
     assert "multiples of 16" in capsys.readouterr().err
+
+
+def test_lora_adapter_under_ulysses_equals_diffusers(ray_session, demo_checkpoint, tmp_path_factory, tmp_path):
+    """HunyuanVideo's original-form adapter at scale 0.8 injected on each rank before the shard
+    plan, against HunyuanVideoPipeline.load_lora_weights + set_adapters (tests/lora: one rank)."""
+    import torch
+    from diffusers import HunyuanVideoPipeline
+
+    from lora_files import with_adapters, write_hunyuan_adapter
+
+    adapter = write_hunyuan_adapter(demo_checkpoint, tmp_path_factory.mktemp("lora"))
+    pipe = with_adapters(HunyuanVideoPipeline.from_pretrained(demo_checkpoint), [adapter], [0.8])
+    reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                     num_inference_steps=CASE.steps, generator=torch.Generator("cpu").manual_seed(CASE.seed),
+                     output_type="latent").frames
+    latents = generated_latents(demo_checkpoint, tmp_path, CASE, ["--ulysses", "2", "--lora", f"{adapter}:0.8"])
+    assert (latents - reference).abs().max().item() <= 1e-4 * reference.abs().max().item()

@@ -3,7 +3,10 @@ diffusers' pipelines on one device (output_type="latent", the same seed and CPU 
 guidance 5 with the empty negative prompt): Wan2.1 text-to-video against WanPipeline; Wan2.1
 image-to-video (CLIP image tokens) and Wan2.2 I2V A14B (two experts, guidance_scale_2) against
 WanImageToVideoPipeline, the first under Ulysses + DeDiVAE + Aco, the second under CFG parallel +
-DeDiVAE (the decode rank holds the text encoder, so it encodes the image too).
+DeDiVAE (the decode rank holds the text encoder, so it encodes the image too). The A14B case runs
+guidance_scale_2 1: its high-noise step exchanges and combines both branches, its two low-noise
+steps have no guidance and run the conditional pass alone on each CFG group, where WanPipeline
+computes uncond + 1 x (cond - uncond) (the same up to rounding).
 
 The transformer has 3 heads (2 ranks split them 2+1); 48x80x9 gives 3x3x5 = 45 video tokens
 (uneven shards). Ulysses and Aco only move data; CFG parallel runs each branch as its own batch-1
@@ -103,16 +106,74 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file
 
     dims = WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=4)
     checkpoint = write_demo_checkpoint(tmp_path_factory.mktemp(preset) / "tiny", dims, preset=preset)
-    # A14B (boundary 900): step 999 on transformer, 857 and 600 on transformer_2 with its own scale.
-    scale_2 = ["--guidance-scale-2", "3"] if preset == "i2v-a14b" else []
+    # A14B (boundary 900): step 999 on transformer, 857 and 600 on transformer_2 with its own scale,
+    # 1: no guidance on those two steps.
+    scale_2 = ["--guidance-scale-2", "1"] if preset == "i2v-a14b" else []
     latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE),
                                                              "--image", str(image_file), *scale_2])
     pipe = WanImageToVideoPipeline.from_pretrained(checkpoint)
     pipe.set_progress_bar_config(disable=True)
     reference = pipe(image=load_image(image_file.read_bytes()), prompt=CASE.prompt, height=CASE.height,
                      width=CASE.width, num_frames=CASE.frames, num_inference_steps=CASE.steps,
-                     guidance_scale=GUIDANCE, guidance_scale_2=3.0 if scale_2 else None, output_type="latent",
+                     guidance_scale=GUIDANCE, guidance_scale_2=1.0 if scale_2 else None, output_type="latent",
                      generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
     scale = reference.abs().max().item()
     assert latents.shape == reference.shape and scale > 0.1
     assert (latents - reference).abs().max().item() <= 1e-4 * scale
+
+
+@pytest.mark.slow
+def test_two_lora_adapters_under_ulysses_equal_diffusers(ray_session, checkpoint, tmp_path_factory, tmp_path):
+    """Two adapters (diffusers/PEFT form on proj_out among others, which the shard plan gathers;
+    Wan's original form with diff_b) at scales 0.7 and 1.3, injected on each rank before the plan,
+    against WanPipeline.load_lora_weights + set_adapters on one device (tests/lora: one rank)."""
+    from diffusers import WanPipeline
+
+    from lora_files import with_adapters, write_wan_adapters
+
+    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+    pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, [0.7, 1.3])
+    reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                     num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
+                     generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+    latents = generated_latents(checkpoint, tmp_path, CASE, ["--ulysses", "2", "--guidance-scale", str(GUIDANCE),
+                                                             "--lora", f"{adapters[0]}:0.7", "--lora", f"{adapters[1]}:1.3"])
+    scale = reference.abs().max().item()
+    assert (latents - reference).abs().max().item() <= 1e-4 * scale
+
+
+@pytest.mark.slow
+def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_session, checkpoint, tmp_path_factory):
+    """Named adapters (model.loras) on Ulysses 2 + a decode rank: requests alternating A (both
+    adapters), none, B, A, each against WanPipeline with that request's own adapters. Both denoise
+    ranks take the set from the request they begin; the decode rank decodes request k while k+1
+    denoises with another set."""
+    from diffusers import WanPipeline
+
+    from lora_files import with_adapters, write_wan_adapters
+    from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
+    from pipedit.request import VideoRequest
+    from pipedit.runtime.engine import Engine
+
+    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("named"))
+
+    def reference(chosen, scales):
+        pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), chosen, scales)
+        return pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                    num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
+                    generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
+
+    def request(*loras):
+        return VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                            steps=CASE.steps, seed=CASE.seed, guidance_scale=GUIDANCE, loras=loras)
+
+    a = ("style", 0.7), ("distill", 1.3)
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras={"style": str(adapters[0]),
+                                                                          "distill": str(adapters[1])}),
+                          parallel=ParallelConfig(ulysses=2, decode_ranks=1))
+    with Engine(config) as engine:
+        results = list(engine.generate_many([request(*a), request(), request(("distill", 0.6)), request(*a)]))
+    both = reference(adapters, [0.7, 1.3])
+    expected = [both, reference((), ()), reference(adapters[1:], [0.6]), both]
+    for result, latents in zip(results, expected):
+        assert (result.latents - latents).abs().max().item() <= 1e-4 * latents.abs().max().item()

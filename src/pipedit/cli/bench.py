@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from ..errors import UserInputError
-from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_pipeline_flags,
-                    base_config, pipeline_overrides)
+from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
+                    add_pipeline_flags, base_config, lora_overrides, pipeline_overrides)
 
 
 def add_parser(sub) -> None:
@@ -88,6 +88,7 @@ def _add_sp(kinds) -> None:
     p.add_argument("--text-len", type=int, default=256, help="--attention-only: text tokens")
     add_compile_flag(p, help="also time the compiled model: eager and compiled tables, compile time per world")
     add_idle_expert_flag(p)
+    add_lora_flags(p)
     p.set_defaults(run=_run_sp)
 
 
@@ -102,7 +103,7 @@ def _run_sp(args) -> int:
                                  "--compile leaves eager (collectives are never compiled): drop one of them")
         return _run_sp_attention(args)
     config = base_config(args).with_overrides("model", path=args.model_path, name=args.model, compile=args.compile,
-                                              idle_expert=args.idle_expert)
+                                              idle_expert=args.idle_expert, **lora_overrides(args))
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
     request = VideoRequest("a benchmark prompt: a red fox running through snow", height=args.height,
                            width=args.width, num_frames=args.num_frames, steps=1)
@@ -138,6 +139,7 @@ def _add_pipeline(kinds) -> None:
     p.add_argument("--steps", type=int)
     add_pipeline_flags(p)
     add_cache_flag(p)
+    add_lora_flags(p)
     p.set_defaults(run=_run_pipeline)
 
 
@@ -146,7 +148,7 @@ def _run_pipeline(args) -> int:
     from ..render.single import request_from_config
 
     _at_least_one(args, "prompts", "repeats")
-    config = base_config(args).with_overrides("model", path=args.model_path)
+    config = base_config(args).with_overrides("model", path=args.model_path, **lora_overrides(args))
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring)
     if args.decode_ranks is None and config.parallel.decode_ranks == 0:
         args.decode_ranks = 1  # the benchmark is about decode ranks: 1 unless told otherwise
@@ -221,6 +223,7 @@ def _add_latency(kinds) -> None:
     p.add_argument("--base-offload", action="store_true",
                    help="base: keep the idle module (VAE while denoising, DiT while decoding) on the host (GPU only)")
     p.add_argument("--out", help="output folder (default: outputs/bench-latency-<UTC time>)")
+    add_lora_flags(p)
     p.set_defaults(run=_run_latency)
 
 
@@ -232,7 +235,7 @@ def _run_latency(args) -> int:
     _at_least_one(args, "prompts")
     if args.ranks is not None:
         _at_least_one(args, "ranks")
-    config = base_config(args).with_overrides("model", path=args.model_path)
+    config = base_config(args).with_overrides("model", path=args.model_path, **lora_overrides(args))
     g = config.generation
     settings = LatencySettings(
         resolutions=tuple(args.resolutions or [(g.width, g.height)]), frames=tuple(args.frames or [g.num_frames]),

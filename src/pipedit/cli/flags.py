@@ -96,6 +96,32 @@ def add_model_flags(p) -> None:
                    help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
                         "(default: MODEL_PATH/text_encoder)")
     add_idle_expert_flag(p)
+    add_lora_flags(p)
+
+
+def lora(text: str):
+    from ..lora.spec import parse_lora
+
+    try:
+        return parse_lora(text)
+    except UserInputError as error:
+        raise argparse.ArgumentTypeError(str(error)) from None
+
+
+def add_lora_flags(p) -> None:
+    """--lora (repeatable; config model.lora) and --fuse-loras (model.fuse_loras), shared by
+    generate, render, serve and the benches that run a model."""
+    p.add_argument("--lora", type=lora, action="append",
+                   help="LoRA adapter on the DiT for the whole run: PATH[:SCALE[:EXPERTS]] (scale default 1.0; "
+                        "experts transformer (default), transformer_2 or both for Wan2.2 A14B); repeatable; "
+                        "replaces the config's model.lora")
+    p.add_argument("--fuse-loras", action="store_true", default=None,
+                   help="merge the --lora adapters into the DiT's weights at load (no per-step cost)")
+
+
+def lora_overrides(args) -> dict:
+    """The model section's values of add_lora_flags' flags (None: not given)."""
+    return {"lora": tuple(args.lora) if args.lora else None, "fuse_loras": args.fuse_loras}
 
 
 def add_idle_expert_flag(p) -> None:
@@ -129,7 +155,7 @@ def engine_config(args):
     config = base_config(args)
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
                                    text_encoder_path=args.text_encoder_path, compile=args.compile,
-                                   idle_expert=args.idle_expert)
+                                   idle_expert=args.idle_expert, **lora_overrides(args))
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
                                    cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)

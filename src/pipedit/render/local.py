@@ -26,10 +26,17 @@ PROGRESS_EVERY_S = 0.2
 
 
 def model_identity(config: EngineConfig) -> str:
-    """The model part of a line's key: the checkpoint's absolute path, or the demo model."""
-    if config.model.path:
-        return str(Path(config.model.path).resolve())
-    return f"pipedit-demo-{config.model.name}" if config.model.name else "pipedit-demo"
+    """The model part of a line's key: the checkpoint's absolute path, or the demo model, and
+    the run's LoRA adapters (files, scales, experts; fused or not only moves float rounding, so
+    it is left out). Without adapters the identity is what it was before they existed."""
+    model = config.model
+    if model.path:
+        identity = str(Path(model.path).resolve())
+    else:
+        identity = f"pipedit-demo-{model.name}" if model.name else "pipedit-demo"
+    if model.lora:
+        identity += " lora=" + ",".join(spec.identity() for spec in model.lora)
+    return identity
 
 
 def line_validator(config: EngineConfig) -> Validator:

@@ -5,6 +5,15 @@ adapter's CFG seam (`cfg_branches`, `predict_branches`, `combine_guidance`); the
 same sp rank all-gather their branch predictions every step and combine them with the same
 code in the same order, so every denoise rank holds bit-identical noise predictions and
 latents. A model without CFG branches is refused when the world is set up.
+
+A step without guidance (guidance_scale <= 1, pipedit.guidance.guidance_applies: the request's,
+or Wan2.2's low-noise expert's guidance_scale_2 of 1) has one branch, the conditional one. Every
+group then runs that one pass itself, exactly as one rank runs it (the adapter's predict_noise),
+and keeps its own prediction: nothing is exchanged, the second group's pass duplicates the
+first's (same inputs, same code) and adds no time to the step. The groups' latents stay equal
+as long as their kernels are deterministic; the first group's (rank 0's) are the result either
+way. Splitting the one pass over both groups instead would need another sequence-parallel
+degree, i.e. other communicators.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import torch
 from ..distributed.collectives import all_gather_async
 from ..distributed.context import ParallelContext
 from ..errors import UserInputError
+from ..guidance import guidance_applies
 
 
 def check_cfg_capable(adapter) -> None:
@@ -39,7 +49,8 @@ class CfgParallelPredictor:
     def __call__(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
                  guidance_scale: float) -> torch.Tensor:
         branches = self.adapter.cfg_branches(cond)
-        if branches is None:  # this request needs no guidance: every group runs it whole
+        if branches is None or not guidance_applies(guidance_scale):
+            # One pass, no exchange: every group computes what one rank computes (see above).
             return self.adapter.predict_noise(latents, timestep, cond, guidance_scale)
         if len(branches) != self.ctx.cfg_degree:
             raise RuntimeError(f"the model gave {len(branches)} CFG branches for {self.ctx.cfg_degree} CFG groups")

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..adapter import ModelAdapter
+from ..guidance import branch_passes
 from ..request import VideoRequest
 from ..sampling import SamplingParams
 
@@ -39,6 +40,7 @@ class DenoiseJob:
     generator: torch.Generator | None = None
     steps_done: int = 0
     cache: Any = None  # this request's step-cache state (pipedit.cache.state.CacheState); None: uncached
+    branch_passes: int = 0  # guidance branches the steps so far ran (pipedit.guidance.branch_passes)
 
     @classmethod
     def start(cls, adapter: ModelAdapter, request: VideoRequest, cond: dict[str, torch.Tensor],
@@ -55,6 +57,12 @@ class DenoiseJob:
         return len(self.timesteps)
 
     @property
+    def branches_per_step(self) -> float:
+        """Guidance branches per step run so far: 2 with guidance at every step, 1 without (one
+        pass: guidance_scale <= 1, or a model without CFG branches); 0 before the first step."""
+        return self.branch_passes / self.steps_done if self.steps_done else 0.0
+
+    @property
     def finished(self) -> bool:
         return self.steps_done >= self.total_steps
 
@@ -64,7 +72,9 @@ class DenoiseJob:
         model_input = self.latents
         if hasattr(self.scheduler, "scale_model_input"):  # e.g. Euler: x / sqrt(sigma^2 + 1)
             model_input = self.scheduler.scale_model_input(self.latents, timestep)
-        noise = self.predict(model_input, timestep, self.cond, adapter.guidance_scale_at(self.request, timestep))
+        scale = adapter.guidance_scale_at(self.request, timestep)
+        noise = self.predict(model_input, timestep, self.cond, scale)
+        self.branch_passes += branch_passes(adapter, self.cond, scale)
         self.latents = self.scheduler.step(noise, timestep, self.latents, generator=self.generator,
                                            return_dict=False)[0]
         self.steps_done += 1

@@ -19,8 +19,10 @@ from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.spawn import free_tcp_port
 from ..errors import UserInputError
+from ..guidance import guidance_applies
 from ..images import load_image
 from ..logs import quiet_libraries
+from ..lora.switch import resolve as resolve_loras
 from ..request import VideoRequest
 from .layout import WorldLayout
 from .split_decode import DecodeGroup, make_decode_group
@@ -31,9 +33,13 @@ def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
     """The adapter's encode_prompt with the inputs the request carries."""
     inputs = {}
     # check_inputs lets a blank negative prompt through for models without one (it asks for
-    # nothing); their encode_prompt takes no such argument.
-    if request.negative_prompt is not None and adapter.capabilities.negative_prompt:
-        inputs["negative_prompt"] = request.negative_prompt
+    # nothing); their encode_prompt takes no such argument. A model with a negative branch
+    # encodes it only for a request with guidance (a negative prompt given without is unused, as
+    # in the reference pipelines).
+    if adapter.capabilities.negative_prompt:
+        inputs["guided"] = guidance_applies(request.guidance_scale)
+        if request.negative_prompt is not None:
+            inputs["negative_prompt"] = request.negative_prompt
     if request.image is not None:  # the image condition depends on the video's size and frames
         inputs.update(image=load_image(request.image), shape=request.shape)
     return adapter.encode_prompt(request.prompt, **inputs)
@@ -93,7 +99,8 @@ class RankWorker:
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
-                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert)
+                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert,
+                                    loras=model.lora, fuse_loras=model.fuse_loras, named_loras=model.loras)
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         """`rendezvous`: rank 0's rendezvous_address."""
@@ -119,6 +126,7 @@ class RankWorker:
         any rank spends time on it)."""
         self.adapter.validate(request.shape, request.steps)
         check_inputs(self.adapter, **request.field_values())
+        resolve_loras(self.config.model, request)  # before any rank spends time on it
         faults.enter(phase="encode", prompt=request.prompt)
         faults.check()
         with self._encode_stream():

@@ -191,8 +191,8 @@ class _Run:
             self._check_group()
         timings["denoise_s"] = time.perf_counter() - start
         timings["aco_steps"] = aco_steps
-        # Step cache: transformer evaluations computed and skipped (nothing when uncached).
-        timings.update(self.ex.call_rank(0, "cache_report", timeout=self.deadlines.call_s))
+        # Guidance branches per step, and the step cache's evaluations computed and skipped.
+        timings.update(self.ex.call_rank(0, "job_report", timeout=self.deadlines.call_s))
 
     def _hand_off(self, request: VideoRequest, timings: dict, started: float):
         self.emit(RequestEvent(request.request_id, RequestStatus.DECODING))

@@ -14,6 +14,7 @@ from .. import faults
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
+from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
 from .rank import RankWorker
@@ -43,6 +44,7 @@ class DenoiseWorker(RankWorker):
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
         self.cache = WorkerCache(self.adapter, groups, on_skip)
+        self.loras = RankLoras(self.adapter.components, self.config.model, self.device)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
@@ -93,6 +95,7 @@ class DenoiseWorker(RankWorker):
     # -- one request ----------------------------------------------------------------------
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
+        self.loras.activate(request)  # every denoise rank, from the request: in lockstep
         cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
@@ -122,6 +125,14 @@ class DenoiseWorker(RankWorker):
             raise RuntimeError("this world has no Aco helpers (no decode ranks, or ring > 1)")
         if self.sp is not None and self.sp.aco_capable:
             self.sp.strategy.active = active
+
+    def job_report(self) -> dict[str, float]:
+        """The current job's timings besides seconds: `cfg_branches`, the guidance branches a step
+        ran (mean over its steps; 1 without guidance, whatever the CFG-parallel layout), and the
+        step cache's report."""
+        if self.job is None:
+            return {}
+        return {"cfg_branches": self.job.branches_per_step, **self.cache_report()}
 
     def cache_report(self) -> dict[str, float]:
         """The current job's transformer evaluations computed and skipped ({} when uncached)."""

@@ -111,6 +111,22 @@ def test_guidance_at_most_one_runs_the_positive_branch_only(osp_adapter):
     assert (uncond - cond_pred).abs().max() > 1e-4  # the negative prompt makes a difference
 
 
+def test_without_guidance_the_negative_prompt_is_not_encoded(osp_adapter):
+    """As the official pipeline: encode_prompt encodes the negative only under guidance (> 1)."""
+    from pipedit.runtime.rank import encode_request
+
+    guided = encode_request(osp_adapter, VideoRequest("a cat", **SHAPE, guidance_scale=7.5, negative_prompt="dull"))
+    plain = encode_request(osp_adapter, VideoRequest("a cat", **SHAPE, guidance_scale=1.0, negative_prompt="dull"))
+    assert set(plain) == {"prompt_embeds", "prompt_attention_mask"}
+    assert set(guided) == set(plain) | {"negative_prompt_embeds", "negative_prompt_attention_mask"}
+    assert torch.equal(plain["prompt_embeds"], guided["prompt_embeds"])
+    (positive,) = osp_adapter.cfg_branches(plain)
+    assert positive["prompt_embeds"] is plain["prompt_embeds"]
+    latents = torch.randn(osp_adapter.latent_shape(VideoShape(**SHAPE)), generator=torch.Generator().manual_seed(0))
+    t = torch.tensor(500.0)
+    assert torch.equal(osp_adapter.predict_noise(latents, t, plain, 0.5), osp_adapter.predict_noise(latents, t, guided, 0.5))
+
+
 def test_prompts_use_the_official_templates_and_512_tokens(osp_adapter):
     positive = "\n    high quality, high aesthetic, {}\n    "
     negative = ("\n    nsfw, lowres, bad anatomy, bad hands, text, error, missing fingers, extra digit, fewer digits, "

@@ -87,6 +87,7 @@ def test_engine_latents_and_frames_equal_diffusers(engine, reference_pipe, guida
                            guidance_scale=guidance)
     result = engine.generate(request)
     assert _relative(result.latents, _reference(reference_pipe, 4, 7, guidance)) <= 1e-4
+    assert result.timings["cfg_branches"] == (2.0 if guidance > 1 else 1.0)  # guidance branches per step
     if guidance > 1:
         frames = torch.from_numpy(_reference(reference_pipe, 4, 7, guidance, "np")[0])
         assert result.frames.shape == frames.shape == (FRAMES, HEIGHT, WIDTH, 3)

@@ -1,0 +1,159 @@
+"""Reading a run's LoRA files and injecting them into the DiT on a denoise rank.
+
+Each file is read and converted by the family's diffusers LoRA loader mixin (`lora_state_dict`:
+the diffusers/PEFT keys as they are, the trainers' original forms converted), then loaded with
+diffusers' `load_lora_adapter` (peft layers around the targeted modules) and weighted with
+`set_adapters`, exactly the calls behind `pipe.load_lora_weights(...)` + `pipe.set_adapters(...)`.
+
+Hazard: the sequence-parallel shard plan hooks modules (`proj_out` gathers the sharded sequence)
+and compile wraps the blocks; peft replaces a targeted module by a wrapper holding it as
+`base_layer`, so a hook installed before would run inside the wrapper, before the adapter's delta
+is added (a per-shard delta on a gathered output). Adapters therefore go in right after the model
+loads (pipedit.adapter.load_adapter), before any plan, processor swap or compile.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from ..errors import UserInputError
+from .spec import LoraSpec
+
+PREFIX = "transformer"  # the prefix diffusers' converted state dicts carry (load_lora_adapter's default)
+_LORA_PARTS = (".lora_A.", ".lora_B.", ".lora_magnitude_vector")
+
+
+def lora_families() -> tuple[str, ...]:
+    from ..families import families
+
+    return tuple(entry.name for entry in families() if entry.lora is not None)
+
+
+def lora_mixin(entry):
+    """The family's diffusers LoRA loader mixin; UserInputError naming the families that take
+    LoRA adapters when this one takes none."""
+    if entry.lora is None:
+        raise UserInputError(f"LoRA adapters are not available for {entry.name}; the families that take them: "
+                             f"{', '.join(lora_families())}")
+    return entry.load(entry.lora)
+
+
+def run_adapter(index: int) -> str:
+    """The peft adapter name of the run's adapter `index` (model.lora)."""
+    return f"lora{index}"
+
+
+def named_adapter(name: str) -> str:
+    """The peft adapter name of the server's adapter `name` (model.loras)."""
+    return f"named_{name}"
+
+
+def apply_loras(components: dict, family: str, specs: tuple[LoraSpec, ...], fuse: bool = False,
+                named: tuple[tuple[str, LoraSpec], ...] = ()) -> None:
+    """On a rank that loaded `family`'s DiT, right after loading: injects the run's `specs` into
+    the transformers among `components`, each weighted by its scale; `fuse`: merged into the
+    weights and their peft layers removed (no per-step cost). Then the server's `named`
+    adapters, loaded inactive (pipedit.lora.switch activates a request's)."""
+    if specs:
+        _apply_run_adapters(components, family, specs, fuse)
+    if named:
+        _load_named(components, family, named)
+
+
+def _load_named(components: dict, family: str, named) -> None:
+    from ..families import family as family_entry
+
+    mixin = lora_mixin(family_entry(family))
+    for name, spec in named:
+        for target in _targets(spec, mixin, components, family):
+            load_adapter_into(components[target], mixin, spec, named_adapter(name))
+
+
+def _targets(spec: LoraSpec, mixin, components: dict, family: str) -> tuple[str, ...]:
+    loadable = tuple(mixin._lora_loadable_modules)
+    for target in spec.targets:
+        if target not in loadable:
+            raise UserInputError(f"{spec.path}: {family} takes LoRA adapters into {', '.join(loadable)}, "
+                                 f"not {target} (experts {spec.experts!r})")
+        if target not in components:
+            raise UserInputError(f"{spec.path}: this {family} checkpoint has no {target} (experts "
+                                 f"{spec.experts!r}); it has {', '.join(t for t in loadable if t in components)}")
+    return spec.targets
+
+
+def _apply_run_adapters(components: dict, family: str, specs, fuse: bool) -> None:
+    from ..families import family as family_entry
+
+    mixin = lora_mixin(family_entry(family))
+    chosen: dict[str, list[tuple[str, float]]] = {}
+    for index, spec in enumerate(specs):
+        for target in _targets(spec, mixin, components, family):
+            name = run_adapter(index)
+            load_adapter_into(components[target], mixin, spec, name)
+            chosen.setdefault(target, []).append((name, spec.scale))
+    for target, adapters in chosen.items():
+        model = components[target]
+        names, scales = [n for n, _ in adapters], [s for _, s in adapters]
+        model.set_adapters(names, scales)
+        if fuse:
+            model.fuse_lora(adapter_names=names)
+            model.unload_lora()
+
+
+def read_state_dict(mixin, spec: LoraSpec, model: torch.nn.Module) -> tuple[dict, dict | None]:
+    """(state dict in diffusers' keys, diffusers' adapter metadata or None) of one file."""
+    path = Path(spec.path)
+    if not path.is_file():
+        raise UserInputError(f"LoRA file {path} does not exist")
+    if path.suffix != ".safetensors":
+        raise UserInputError(f"LoRA file {path}: only .safetensors files are read (pickled weights can run code)")
+    try:
+        state_dict, metadata = mixin.lora_state_dict(str(path), use_safetensors=True, local_files_only=True,
+                                                     return_lora_metadata=True)
+    except (OSError, ValueError, KeyError, RuntimeError) as error:
+        raise UserInputError(f"LoRA file {path} could not be read as a LoRA ({type(error).__name__}: {error})") \
+            from error
+    expand = getattr(mixin, "_maybe_expand_t2v_lora_for_i2v", None)  # Wan: a T2V LoRA on an I2V model
+    if expand is not None:
+        state_dict = expand(transformer=model, state_dict=state_dict)
+    return state_dict, metadata
+
+
+def check_fits(state_dict: dict, model: torch.nn.Module, path: str) -> None:
+    """UserInputError naming the first key that matches no layer of `model`."""
+    if not state_dict:
+        raise UserInputError(f"LoRA file {path} holds no weights")
+    layers = dict(model.named_modules())
+    for key in state_dict:
+        layer = _layer_of(key)
+        if layer is None or layer not in layers:
+            raise UserInputError(f"LoRA file {path} does not fit this {type(model).__name__}: its key {key!r} "
+                                 f"matches no layer")
+
+
+def _layer_of(key: str) -> str | None:
+    """`transformer.<layer>.lora_A.weight` -> `<layer>`; None for keys of anything else."""
+    if not key.startswith(PREFIX + "."):
+        return None
+    rest = key[len(PREFIX) + 1:]
+    for part in _LORA_PARTS:
+        if part in rest:
+            return rest.split(part)[0]
+    return None
+
+
+def load_adapter_into(model: torch.nn.Module, mixin, spec: LoraSpec, name: str) -> None:
+    state_dict, metadata = read_state_dict(mixin, spec, model)
+    check_fits(state_dict, model, spec.path)
+    # Hazard: with low_cpu_mem_usage (pipe.load_lora_weights' default) diffusers creates the
+    # adapter's tensors empty (meta) and fills them from the file, so one the file lacks (a LoRA
+    # bias of a layer without `diff_b` while others have one: diffusers enables biases on every
+    # layer then) fails at the first step. Created initialised instead, such a bias is zero: no
+    # delta, what the file means. The check below guards the rest.
+    model.load_lora_adapter(state_dict, prefix=PREFIX, adapter_name=name, metadata=metadata, low_cpu_mem_usage=False)
+    for param_name, param in model.named_parameters():
+        if param.is_meta:
+            raise UserInputError(f"LoRA file {spec.path} does not give {param_name} (diffusers made the layer "
+                                 f"from the file's other keys): the file is incomplete for this model")

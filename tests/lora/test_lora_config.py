@@ -1,0 +1,49 @@
+"""The run's LoRA set as flags and config give it, and what it changes in a render's resume key."""
+
+import pytest
+
+from pipedit.config import EngineConfig, ModelConfig
+from pipedit.errors import UserInputError
+from pipedit.lora.spec import LoraSpec, parse_lora
+
+
+def test_flag_form_parses_path_scale_and_experts():
+    assert parse_lora("a.safetensors") == LoraSpec("a.safetensors", 1.0, "transformer")
+    assert parse_lora("x/a.safetensors:0.5") == LoraSpec("x/a.safetensors", 0.5)
+    assert parse_lora("a.safetensors:2:both") == LoraSpec("a.safetensors", 2.0, "both")
+    assert parse_lora("a.safetensors:transformer_2") == LoraSpec("a.safetensors", 1.0, "transformer_2")
+    with pytest.raises(UserInputError, match="SCALE a number"):
+        parse_lora("a.safetensors:half:both")
+    with pytest.raises(UserInputError, match="finite number"):
+        parse_lora("a.safetensors:nan")
+    with pytest.raises(UserInputError, match="experts must be one of"):
+        ModelConfig(lora=[{"path": "a.safetensors", "experts": "second"}])
+    with pytest.raises(UserInputError, match="fuse_loras needs adapters"):
+        ModelConfig(fuse_loras=True)
+
+
+def test_a_local_renders_model_identity_holds_the_adapters(tmp_path):
+    from pipedit.render.local import model_identity
+
+    plain = EngineConfig(model=ModelConfig(path=str(tmp_path)))
+    assert model_identity(plain) == str(tmp_path.resolve())  # unchanged without adapters: old renders resume
+    with_a = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.5"]))
+    with_b = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.6"]))
+    fused = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.5"], fuse_loras=True))
+    assert len({model_identity(plain), model_identity(with_a), model_identity(with_b)}) == 3
+    assert model_identity(fused) == model_identity(with_a)
+
+
+def test_flags_replace_the_configs_list(tmp_path):
+    from pipedit.cli import build_parser
+    from pipedit.cli.flags import engine_config
+
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text("model:\n  lora:\n    - {path: a.safetensors, scale: 0.5, experts: both}\n")
+    parser = build_parser()
+    args = parser.parse_args(["generate", "--prompt", "x", "--output", "o.mp4", "--config", str(config_file)])
+    assert engine_config(args).model.lora == (LoraSpec("a.safetensors", 0.5, "both"),)
+    args = parser.parse_args(["generate", "--prompt", "x", "--output", "o.mp4", "--config", str(config_file), "--lora", "b.safetensors",
+                              "--lora", "c.safetensors:2", "--fuse-loras"])
+    model = engine_config(args).model
+    assert model.lora == (LoraSpec("b.safetensors"), LoraSpec("c.safetensors", 2.0)) and model.fuse_loras
