@@ -57,17 +57,29 @@ class RequestPipeline:
         under rebuild_timeout_s, so that the configured shape's graphs are compiled before any
         request's step deadlines run (the group's ranks compile at their own pace: their
         operation deadline is widened meanwhile, as for a request's first forward)."""
-        limit, ex, deadlines = self.deadlines.config.rebuild_timeout_s, self.executor, self.deadlines
+        limit, ex = self.deadlines.config.rebuild_timeout_s, self.executor
         self.compiled_shapes = set()
-        with deadlines.compiling():
-            ex.call_all("set_op_deadline", deadlines.op_s, timeout=limit)
+        with self.first_compile(request.shape, limit):
             cond = ex.call_rank(self.layout.text_rank, "encode_prompt", request, timeout=limit)
             ex.call("begin", request, cond, timeout=limit)
             ex.call("time_forward", False, timeout=limit)
             ex.call("drop_job", timeout=limit)
-        ex.call_all("set_op_deadline", deadlines.op_s, timeout=limit)
+
+    @contextlib.contextmanager
+    def first_compile(self, shape: VideoShape, call_timeout: float | None = None) -> Iterator[None]:
+        """model.compile: the first forward of a video shape this group has not run compiles its
+        graphs, each rank at its own pace while its peers (and Aco helpers, waiting for headers)
+        sit in collectives: for it every rank's operation deadline and the driver's call bound
+        grow by first_compile_s. Back to the step deadline once it has run (a failure leaves the
+        group to be rebuilt: nothing more is sent to it). call_timeout: the bound of the two
+        deadline calls (None: call_s)."""
+        deadlines = self.deadlines
+        with deadlines.compiling():
+            self.executor.call_all("set_op_deadline", deadlines.op_s, timeout=call_timeout or deadlines.call_s)
+            yield
+        self.executor.call_all("set_op_deadline", deadlines.op_s, timeout=call_timeout or deadlines.call_s)
         deadlines.sent_op_s = deadlines.op_s
-        self.compiled_shapes.add(request.shape)
+        self.compiled_shapes.add(shape)
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
@@ -179,7 +191,7 @@ class _Run:
         for index in range(total):
             self._check_cancelled(request)  # between steps: a cancelled request stops within one
             compiles = index == 0 and self.s.compiled_shapes is not None and request.shape not in self.s.compiled_shapes
-            with self._first_compile(request.shape) if compiles else contextlib.nullcontext():
+            with self.s.first_compile(request.shape) if compiles else contextlib.nullcontext():
                 use_aco = self._aco_now(request)  # may time forwards (Aco's measurement): inside too
                 step_start = time.perf_counter()
                 done = self._step(request, use_aco)
@@ -312,21 +324,6 @@ class _Run:
             return None
         self.emit(RequestEvent(request.request_id, RequestStatus.CANCELLED if cancelled else RequestStatus.FAILED))
         return RequestFailure(request.request_id, phase, error)
-
-    @contextlib.contextmanager
-    def _first_compile(self, shape: VideoShape) -> Iterator[None]:
-        """model.compile: the first forward of a video shape this group has not run compiles its
-        graphs, each rank at its own pace while its peers (and Aco helpers, waiting for headers)
-        sit in collectives: for it every rank's operation deadline and the driver's call bound
-        grow by first_compile_s. Back to the step deadline once it has run (a failure leaves the
-        group to be rebuilt: nothing more is sent to it)."""
-        deadlines = self.deadlines
-        with deadlines.compiling():
-            self.ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
-            yield
-        self.ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
-        deadlines.sent_op_s = deadlines.op_s
-        self.s.compiled_shapes.add(shape)
 
     def _observe_step(self, seconds: float) -> None:
         """Raises the ranks' operation deadline when steps turn out slower than it allows for."""
