@@ -201,7 +201,6 @@ class WorldRun:
         model = self.config.model
         probe = load_adapter(self.model_path, parts=self.layout.parts(self.layout.text_rank), device="cpu",
                              dtype=model.torch_dtype(), model=model.name, text_encoder_path=model.text_encoder_path)
-        probe.prepare_condition = _on_host(probe.prepare_condition)
         self.cond = {k: torch.empty(v.shape, dtype=v.dtype) for k, v in encode_request(probe, self.request).items()}
 
     def _decode_budget(self) -> int | None:
