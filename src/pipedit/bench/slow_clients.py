@@ -20,23 +20,33 @@ from urllib.parse import urlsplit
 PROBE_EVERY_S = 0.1
 
 
-class SlowClients:
-    def __init__(self, endpoint: str, count: int, interval_s: float = 5.0):
-        parts = urlsplit(endpoint)
-        self.address = (parts.hostname, parts.port or 80)
-        self.count, self.interval_s = count, interval_s
-        self.opened = 0
-        self.ended: Counter = Counter()  # "408", "closed" (no answer), "error: ..." -> connections
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="slow-clients", daemon=True)
+class _Background:
+    """A daemon thread running `_run` from `with` entry until exit (`_stop` then set)."""
 
-    def __enter__(self) -> "SlowClients":
+    def __init__(self, name: str):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
+
+    def __enter__(self):
         self._thread.start()
         return self
 
     def __exit__(self, *_exc) -> None:
         self._stop.set()
         self._thread.join(timeout=30)
+
+    def _run(self) -> None:
+        raise NotImplementedError
+
+
+class SlowClients(_Background):
+    def __init__(self, endpoint: str, count: int, interval_s: float = 5.0):
+        super().__init__("slow-clients")
+        parts = urlsplit(endpoint)
+        self.address = (parts.hostname, parts.port or 80)
+        self.count, self.interval_s = count, interval_s
+        self.opened = 0
+        self.ended: Counter = Counter()  # "408", "closed" (no answer), "error: ..." -> connections
 
     def _open(self, selector: selectors.BaseSelector, index: int) -> None:
         try:
@@ -88,24 +98,15 @@ class SlowClients:
         self.ended[status] += 1
 
 
-class HealthProbe:
+class HealthProbe(_Background):
     """GET /healthz every PROBE_EVERY_S while it runs: latencies, 5xx answers, failures to answer."""
 
     def __init__(self, endpoint: str):
+        super().__init__("healthz-probe")
         self.url = endpoint.rstrip("/") + "/healthz"
         self.latencies_s: list[float] = []
         self.server_errors = 0
         self.unreachable = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="healthz-probe", daemon=True)
-
-    def __enter__(self) -> "HealthProbe":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *_exc) -> None:
-        self._stop.set()
-        self._thread.join(timeout=30)
 
     def _run(self) -> None:
         while not self._stop.is_set():
