@@ -9,7 +9,8 @@ config=FILE` start the same application.
 serve.num_replicas replicas (each its own placement group and rank group) share one job store
 (serve.database_url: PostgreSQL across nodes) and one data folder: each claims queued jobs from
 the store, and a replica that dies loses nothing (its lease lapses and another replica re-queues
-and runs its job; see serve/store.py).
+and runs its job; see serve/store.py). A replica whose rank group cannot be rebuilt stops renewing
+its leases and fails Serve's health check, so Serve replaces it.
 """
 
 from __future__ import annotations
@@ -77,6 +78,13 @@ class PipeditServer:
         serve = self.config.serve
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
                          allowed_hosts=serve.allowed_hosts, docs=serve.docs)
+
+    def check_health(self):
+        """Serve calls this every few seconds (health_check_period_s); after a few failures in a row
+        it replaces the replica (a new one, with a new rank group, where there is room)."""
+        reason = self.service.unfit()
+        if reason is not None:
+            raise RuntimeError(f"replica unfit: {reason}")
 
     def __del__(self):
         # Serve calls this when the app is deleted (pipedit serve stopping on SIGTERM or Ctrl-C):

@@ -43,7 +43,7 @@ from pipedit.video import VideoWriteError, encode_mp4, publish
 
 from .admission import Admission
 from .progress import ProgressWriter
-from .store import UNFINISHED, UNREADABLE, JobRecord, JobStore
+from .store import UNREADABLE, JobRecord, JobStore
 from .sweeper import FileSweeper
 
 _log = logging.getLogger(__name__)
@@ -150,8 +150,13 @@ class Dispatcher:
             self.wake.wait(min(CLAIM_POLL_S, beat_every, sweep_every))
             self.wake.clear()
 
+    def engine_can_work(self) -> bool:
+        """Whether the engine can finish jobs now: it takes work and its rank group is not stalled
+        (a rebuild failed, see EngineLoop.stalled)."""
+        return self.engine.accepting and not getattr(self.engine, "stalled", False)
+
     def _heartbeat(self) -> None:
-        if not self.engine.accepting:
+        if not self.engine_can_work():
             return  # no renewal while the engine cannot work: the leases lapse and other replicas take over
         with self.lock:
             held = set(self.ours)
@@ -163,7 +168,7 @@ class Dispatcher:
             self.engine.cancel(video_id)
 
     def _take_jobs(self) -> None:
-        while not self.closing.is_set() and not self.draining.is_set() and self.engine.accepting:
+        while not self.closing.is_set() and not self.draining.is_set() and self.engine_can_work():
             with self.lock:
                 if len(self.ours) >= MAX_HELD or getattr(self.engine, "queue_length", 0) > 0:
                     return
@@ -314,9 +319,7 @@ class Dispatcher:
         try:
             return bool(self.store.heartbeat(self.owner, [video_id], self.lease_s))
         except DBAPIError:
-            record = self.store.get(video_id)
-            return (record is not None and record.owner == self.owner and record.attempt == attempt
-                    and record.status in UNFINISHED and (record.lease_until or 0.0) > time.time())
+            return self.store.lease_holds(video_id, self.owner, attempt)
 
     def _requeue(self, video_id: str, attempt: int, extras: dict) -> bool:
         """This replica's `attempt` of the job back to the queue at once (free for any replica), as

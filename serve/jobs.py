@@ -164,6 +164,18 @@ class JobService:
         """Whether the engine can take work (not while the service stops)."""
         return not self.dispatcher.draining.is_set() and self.engine.accepting
 
+    def unfit(self) -> str | None:
+        """Why this replica should be replaced (None: it should not): its engine loop stopped
+        without the service closing, or its rank group could not be rebuilt (EngineLoop.stalled; its
+        jobs' leases are no longer renewed, so other replicas run them). Ray Serve's check_health."""
+        if self.dispatcher.draining.is_set():
+            return None  # stopping on purpose
+        if not self.engine.accepting:
+            return "the engine loop has stopped"
+        if getattr(self.engine, "stalled", False):
+            return f"the rank group cannot be rebuilt: {self.engine.health[1]}"
+        return None
+
     def health(self) -> tuple[str, str | None]:
         """("ok" | "degraded" | "down", reason): degraded while the engine rebuilds its rank group
         (jobs are still taken and wait in the queue), and while the job store or the videos'

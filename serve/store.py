@@ -7,7 +7,8 @@ database serialises them.
 Ownership (how replicas share the queue): a queued job with no owner is free. `claim` takes the
 oldest free one in ONE conditional UPDATE (on PostgreSQL its subquery locks the row with
 FOR UPDATE SKIP LOCKED, so concurrent claimers skip each other's row instead of waiting), sets
-owner, a lease expiry and attempt+1. The owner renews the lease (`heartbeat`) while it runs the
+owner, a lease expiry and attempt+1. Lease times are the database's clock (store_clock.py), the
+one clock every replica shares. The owner renews the lease (`heartbeat`) while it runs the
 job; `requeue_expired` frees jobs whose owner stopped renewing (it died). Every write of the
 owner names (owner, attempt) and touches the row only while both still match and the job is
 unfinished: a late result from a presumed-dead owner changes nothing, so each job reaches a
@@ -43,6 +44,7 @@ from sqlalchemy import (JSON, Column, Float, Integer, LargeBinary, MetaData, Str
                         delete, event, func, insert, inspect, or_, select, text, update)
 from sqlalchemy.exc import DBAPIError
 
+from .store_clock import database_now
 from .store_locks import StoreBusy, changes, is_full, limit_lock_wait, sqlite_pragmas
 
 _log = logging.getLogger(__name__)
@@ -140,6 +142,7 @@ class JobStore:
             event.listen(self._engine, "connect", sqlite_pragmas(busy_timeout_s))
         _metadata.create_all(self._engine)
         _add_missing_columns(self._engine)
+        self._now = database_now(self._engine.dialect.name)  # lease times: see store_clock.py
         self._write = threading.Lock()
         self.busy_timeout_s, self.request_wait_s = busy_timeout_s, request_wait_s
         self.full: str | None = None  # the last write's error when it found no room; None since one succeeded
@@ -208,7 +211,7 @@ class JobStore:
                       .order_by(jobs.c.created_at, jobs.c.id).limit(1)
                       .with_for_update(skip_locked=True).scalar_subquery())
             claim = (update(jobs).where(jobs.c.id == oldest, jobs.c.owner.is_(None), jobs.c.status == "queued")
-                     .values(owner=owner, lease_until=time.time() + lease_s, attempt=jobs.c.attempt + 1)
+                     .values(owner=owner, lease_until=self._now + lease_s, attempt=jobs.c.attempt + 1)
                      .returning(*jobs.c))
             with self._writing() as conn:
                 row = conn.execute(claim).first()
@@ -226,7 +229,7 @@ class JobStore:
             return set()
         renew = (update(jobs).where(jobs.c.id.in_(list(job_ids)), jobs.c.owner == owner,
                                     jobs.c.status.in_(UNFINISHED))
-                 .values(lease_until=time.time() + lease_s).returning(jobs.c.id))
+                 .values(lease_until=self._now + lease_s).returning(jobs.c.id))
         with self._writing() as conn:
             return set(conn.execute(renew).scalars())
 
@@ -234,7 +237,7 @@ class JobStore:
         """Frees the unfinished jobs whose owner's lease lapsed (and rows running with no owner,
         left by a version without ownership): they run again from the start. Returns their ids."""
         lapsed = and_(jobs.c.status.in_(UNFINISHED), or_(
-            and_(jobs.c.owner.is_not(None), jobs.c.lease_until < time.time()),
+            and_(jobs.c.owner.is_not(None), jobs.c.lease_until < self._now),
             and_(jobs.c.owner.is_(None), jobs.c.status == "in_progress")))
         return self._free(lapsed)
 
@@ -243,6 +246,20 @@ class JobStore:
         return self._free(and_(jobs.c.status.in_(UNFINISHED), jobs.c.owner == owner))
 
     # -- reads ----------------------------------------------------------------------------
+    def lease_holds(self, job_id: str, owner: str, attempt: int) -> bool:
+        """Whether `owner` holds `attempt` of the unfinished job and its lease has not lapsed
+        (a read: it answers while writes wait for a lock)."""
+        query = select(func.count()).select_from(jobs).where(
+            jobs.c.id == job_id, jobs.c.owner == owner, jobs.c.attempt == attempt,
+            jobs.c.status.in_(UNFINISHED), jobs.c.lease_until > self._now)
+        with self._engine.connect() as conn:
+            return conn.execute(query).scalar_one() > 0
+
+    def clock(self) -> float:
+        """The database's time (seconds since the epoch), the clock of lease_until."""
+        with self._engine.connect() as conn:
+            return float(conn.execute(select(self._now)).scalar_one())
+
     def get(self, job_id: str) -> JobRecord | None:
         with self._engine.connect() as conn:
             row = conn.execute(select(jobs).where(jobs.c.id == job_id)).first()

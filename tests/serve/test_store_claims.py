@@ -158,3 +158,23 @@ def test_an_owner_hands_its_attempt_back_and_finished_jobs_age_out(store_url):
     assert store.finished_before(2500.0) == [claimed.id]  # finished_at 2000, not created_at 1000
     assert store.finished_before(3500.0) == [claimed.id, other.id]  # never the queued third
     store.close()
+
+
+def test_leases_run_on_the_database_clock_not_the_hosts(store_url, monkeypatch):
+    """Replicas on hosts whose clocks disagree share one lease clock: the database's. A replica whose
+    host runs an hour ahead neither re-queues a running job nor writes a lease an hour long."""
+    store = JobStore(store_url)
+    _fill(store, 1)
+    before = store.clock()
+    claimed = store.claim("a", 30)
+    assert before + 30 <= claimed.lease_until <= store.clock() + 30
+    monkeypatch.setattr(time, "time", lambda real=time.time: real() + 3600)  # this host's clock skewed
+    assert store.requeue_expired() == []  # a host clock would have freed it
+    assert store.heartbeat("a", {claimed.id}, 0.3) == {claimed.id}
+    assert store.get(claimed.id).lease_until < before + 60  # not host time + 0.3 (an hour later)
+    assert store.lease_holds(claimed.id, "a", 1) and not store.lease_holds(claimed.id, "a", 2)
+    deadline = time.monotonic() + 5
+    while not (freed := store.requeue_expired()) and time.monotonic() < deadline:  # lapses on the database's clock
+        time.sleep(0.1)
+    assert freed == [claimed.id] and not store.lease_holds(claimed.id, "a", 1)
+    store.close()

@@ -12,7 +12,10 @@ next request.
 
 Failures of the rank group (a rank died, hung, ran out of memory): the requests in flight are
 queued again at the front (up to `reliability.retries` times, then they fail with the cause),
-the group is rebuilt while `health` says degraded, and the queue goes on. A request error
+the group is rebuilt while `health` says degraded, and the queue goes on. Once a rebuild has
+failed (e.g. the node lost a GPU or its Ray node is gone), `stalled` is true until one succeeds:
+the loop still takes requests, but cannot finish any, so whoever hands it work (the job service)
+should hand that work to others. A request error
 (`is_request_error`: the request itself is bad, e.g. its prompt cannot be encoded) fails that
 request at once: it is not retried (and when only the prompt's encoding raised, the executor
 reports the group intact: rank_failure.leaves_group_intact).
@@ -62,6 +65,7 @@ class EngineLoop:
         self._stopping = False
         self._attempts: dict[str, int] = {}  # request id -> retries so far
         self._health = ("ok", None)
+        self._stalled = False  # a rebuild failed; the next try may work
         self._thread = threading.Thread(target=self._loop, name="pipedit-engine", daemon=True)
         self._thread.start()
 
@@ -128,6 +132,12 @@ class EngineLoop:
         return self._health
 
     @property
+    def stalled(self) -> bool:
+        """True from a failed rebuild of the rank group until a rebuild succeeds: requests are taken
+        but none can finish meanwhile."""
+        return self._stalled
+
+    @property
     def queue_length(self) -> int:
         with self._lock:
             return len(self._queue)
@@ -179,12 +189,14 @@ class EngineLoop:
                 break
             except Exception as error:  # noqa: BLE001 - keep the server up, say why in /healthz
                 _log.exception("rank group rebuild failed")
+                self._stalled = True
                 self._health = ("degraded", f"rank group rebuild failed ({error}); retrying in {pause:.0f} s")
                 with self._lock:
                     if self._lock.wait_for(lambda: self._stopping, pause):
                         return
                 pause = min(pause * 2, REBUILD_BACKOFF_S[1])
         _log.warning("rank group rebuilt in %.1f s", time.monotonic() - started)
+        self._stalled = False
         self._health = ("ok", None)
 
     def _retry(self, request: VideoRequest, error: BaseException) -> bool:

@@ -1,0 +1,87 @@
+"""A replica whose rank group cannot be rebuilt (its node lost a GPU, or its Ray node is gone) stops
+renewing the leases of the jobs it holds, claims nothing new and says it is unfit (Serve's
+check_health), so another replica runs its jobs; once a rebuild works it is fit again."""
+
+import threading
+
+import torch
+
+from pipedit.request import VideoRequest, VideoResult
+from pipedit.runtime.engine_loop import EngineLoop
+from pipedit.runtime.rank_failure import RankGroupError
+from pipedit.serve.schemas import VideoCreateParams
+from job_engines import FakeEngine, InstantEngine, service_on
+from serve_helpers import wait_for
+
+
+def _group_dies_once(run, request: VideoRequest):
+    """The first run breaks the rank group; later runs make a grey video."""
+    if len(run.submits) == 1:
+        yield from run.failed(request, "denoise", RankGroupError("rank 1 (denoise) died: its node is gone", 1))
+    else:
+        yield VideoResult(request.request_id, torch.full((5, 8, 8, 3), 0.5), torch.zeros(1))
+
+
+def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
+    engine = FakeEngine(_group_dies_once, retries=5)
+    node_back = threading.Event()
+    loop = EngineLoop(engine)
+    engine.started.wait(5)
+    real_recover = engine.run.recover
+
+    def recover():
+        if not node_back.is_set():
+            raise RuntimeError("no room for the rank group's placement group")
+        return real_recover()
+
+    engine.run.recover = recover
+    stalled = service_on(loop, tmp_path, lease_s=1.0, owner="stalled")
+    other = None
+    try:
+        job = stalled.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: loop.stalled, timeout=15)
+        assert "cannot be rebuilt" in stalled.unfit() and "no room" in stalled.unfit()
+        assert stalled.health()[0] == "degraded"
+        # Its lease is not renewed: the job goes back to the queue and the stalled replica leaves it there.
+        wait_for(lambda: stalled.store.get(job.id).owner is None, timeout=10)
+        assert stalled.store.get(job.id).status == "queued"
+        other = service_on(InstantEngine(), tmp_path, lease_s=1.0, owner="other")
+        wait_for(lambda: stalled.store.get(job.id).status == "completed", timeout=15)
+        done = stalled.store.get(job.id)
+        assert (done.owner, done.attempt) == ("other", 2)
+        node_back.set()  # the next rebuild works: fit again, and the old attempt changes nothing
+        wait_for(lambda: not loop.stalled, timeout=15)
+        assert stalled.unfit() is None and loop.health == ("ok", None)
+        wait_for(lambda: not stalled.dispatcher.holds(job.id), timeout=15)
+        assert stalled.store.get(job.id) == done
+    finally:
+        stalled.shutdown()
+        if other is not None:
+            other.close()
+
+
+def test_a_stopped_engine_loop_is_unfit_but_a_closing_service_is_not(tmp_path):
+    engine = InstantEngine()
+    service = service_on(engine, tmp_path)
+    try:
+        assert service.unfit() is None
+        engine.accepting = False
+        assert service.unfit() == "the engine loop has stopped"
+    finally:
+        service.close()
+    assert service.unfit() is None  # draining on purpose
+
+
+def test_serve_health_check_fails_while_the_replica_is_unfit():
+    from types import SimpleNamespace
+
+    import pytest
+
+    from pipedit.serve.deployment import PipeditServer
+
+    reason = ["the rank group cannot be rebuilt: no room"]
+    replica = SimpleNamespace(service=SimpleNamespace(unfit=lambda: reason[0]))
+    with pytest.raises(RuntimeError, match="cannot be rebuilt"):
+        PipeditServer.check_health(replica)
+    reason[0] = None
+    assert PipeditServer.check_health(replica) is None
