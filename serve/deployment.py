@@ -2,7 +2,7 @@
 
 A replica builds the EngineLoop (its rank actors go into the replica's own placement group:
 bundle 0 is the replica, then one bundle per rank, STRICT_PACK, so Serve places whole rank
-groups on one node), the job service over the durable store, and the FastAPI app, which Serve
+groups on one node; with parallel.nodes M, one bundle per node, STRICT_SPREAD), the job service over the durable store, and the FastAPI app, which Serve
 serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder
 config=FILE` start the same application.
 
@@ -22,6 +22,7 @@ from ray import serve
 from pipedit import faults
 
 from pipedit.config import EngineConfig, load_config
+from pipedit.errors import UserInputError
 
 APP_NAME = "pipedit"
 SHUTDOWN_MARGIN_S = 15.0  # a replica's shutdown beyond its grace period: closing the engine and the store
@@ -35,14 +36,38 @@ def engine_ranks(config: EngineConfig) -> int:
 
 
 def replica_bundles(config: EngineConfig) -> list[dict]:
-    """The resources of one replica, as bundles placed on one node: a one-rank engine runs inside
-    the replica (its GPU is the replica's); a multi-rank engine has the replica's bundle, then one
-    per rank actor."""
+    """The resources of one replica, as placement-group bundles: a one-rank engine runs inside the
+    replica (its GPU is the replica's); a multi-rank engine on one node has the replica's bundle,
+    then one per rank actor (STRICT_PACK); over parallel.nodes M nodes, one bundle per node holding
+    that node's ranks, the replica's CPU in the first (STRICT_SPREAD; pipedit.runtime.layout)."""
     gpu = 1 if config.model.device_type() == "cuda" else 0
-    ranks = engine_ranks(config)
+    ranks, nodes = engine_ranks(config), config.parallel.nodes
     if ranks == 1:
         return [{"CPU": 1, "GPU": gpu}]
+    if nodes > 1:
+        check_node_split(config)  # refused here, before any replica starts
+        per_node = ranks // nodes
+        bundles = [{"CPU": per_node, "GPU": per_node} if gpu else {"CPU": per_node} for _ in range(nodes)]
+        bundles[0] = dict(bundles[0], CPU=per_node + 1)
+        return bundles
     return [{"CPU": 1}] + [{"CPU": 1, "GPU": 1} if gpu else {"CPU": 1}] * ranks
+
+
+def check_node_split(config: EngineConfig) -> None:
+    """The layout's own check of parallel.nodes (Ulysses inside a node, decode ranks on the last)."""
+    from pipedit.runtime.layout import WorldLayout
+
+    parallel = config.parallel
+    if isinstance(parallel.decode_ranks, int):
+        WorldLayout(ulysses=parallel.ulysses, ring=parallel.ring, decode=parallel.decode_ranks,
+                    cfg=2 if parallel.cfg_parallel else 1, nodes=parallel.nodes)
+    elif engine_ranks(config) % parallel.nodes:  # decode_ranks auto: its split is planned in the replica
+        raise UserInputError(f"{engine_ranks(config)} ranks do not split evenly over {parallel.nodes} nodes")
+
+
+def spreads(config: EngineConfig) -> bool:
+    """Whether a replica's bundles go to different nodes (parallel.nodes > 1)."""
+    return config.parallel.nodes > 1 and engine_ranks(config) > 1
 
 
 def deployment_options(config: EngineConfig) -> dict:
@@ -55,7 +80,7 @@ def deployment_options(config: EngineConfig) -> dict:
     return {
         "ray_actor_options": {"num_cpus": 1, **env},
         "placement_group_bundles": bundles,
-        "placement_group_strategy": "STRICT_PACK",
+        "placement_group_strategy": "STRICT_SPREAD" if spreads(config) else "STRICT_PACK",
     }
 
 

@@ -16,7 +16,7 @@ import urllib.request
 from pipedit.config import EngineConfig
 from pipedit.errors import UserInputError
 
-from .deployment import engine_ranks, replica_bundles
+from .deployment import engine_ranks, replica_bundles, spreads
 from .placement import check_placement, cluster_nodes, replica_demand
 
 HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
@@ -84,11 +84,13 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
 
     from .deployment import APP_NAME, build_application
 
-    check_placement(replica_demand(replica_bundles(config)), config.serve.num_replicas, cluster_nodes())
+    check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
+                    cluster_nodes())
     port = _serve_port(config.serve.port, port_given, running_port)
     print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
           f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
-    serve.start(http_options={"host": config.serve.host, "port": port,
+    serve.start(proxy_location=config.serve.proxy_location,
+                http_options={"host": config.serve.host, "port": port,
                               "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
     serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{_display_host(config.serve.host)}:{port}"
@@ -112,7 +114,7 @@ def _connect_ray(config: EngineConfig, address: str | None) -> bool:
     the instance."""
     from pipedit.runtime.ray_instance import connect_ray
 
-    cpus, _ = replica_demand(replica_bundles(config))
+    cpus = sum(d[0] for d in replica_demand(replica_bundles(config)))
     return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
                        log_to_driver=False)
 

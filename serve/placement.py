@@ -1,55 +1,43 @@
 """Whether a Ray cluster can place the server's replicas, checked before deploying.
 
-Each replica of a multi-rank engine is one STRICT_PACK placement group (the replica's bundle,
-then one per rank), so all of a replica's bundles must fit on one node; a one-rank replica is one
-actor. Serve itself waits for resources that never come without a word (its controller logs
-"taken more than 30s to be scheduled" every 30 s), so the check names what was asked and what
+Each replica of a multi-rank engine is one placement group: on one node (STRICT_PACK: the
+replica's bundle, then one per rank), or with parallel.nodes M over M different nodes
+(STRICT_SPREAD: one bundle per node, the replica in the first); a one-rank replica is one actor.
+Serve itself waits for resources that never come without a word (its controller logs "taken more
+than 30s to be scheduled" every 30 s), so the check names what was asked and what each node of
 the cluster has instead, within seconds."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from pipedit.errors import UserInputError
+from pipedit.runtime.cluster import Demand, NodeCapacity, bundle_demand, cluster_nodes, describe_demand, describe_nodes, fits
+
+__all__ = ["NodeCapacity", "check_placement", "cluster_nodes", "replica_demand"]
 
 
-@dataclass(frozen=True)
-class NodeCapacity:
-    name: str
-    cpus: float
-    gpus: float
+def replica_demand(bundles: Sequence[dict], spread: bool = False) -> list[Demand]:
+    """What one replica needs per node: one (CPUs, GPUs) for a replica on one node; with `spread`
+    (STRICT_SPREAD over several nodes) one per bundle, each on a node of its own."""
+    demands = [bundle_demand(b) for b in bundles]
+    if spread:
+        return demands
+    return [(sum(d[0] for d in demands), sum(d[1] for d in demands))]
 
 
-def replica_demand(bundles: Sequence[dict]) -> tuple[float, float]:
-    """(CPUs, GPUs) one replica needs on one node."""
-    return sum(b.get("CPU", 0) for b in bundles), sum(b.get("GPU", 0) for b in bundles)
+def check_placement(demand: Sequence[Demand], replicas: int, nodes: Sequence[NodeCapacity]) -> None:
+    """Raises UserInputError unless every replica finds room: for each of its per-node demands a
+    node of its own."""
+    if not fits([demand] * replicas, nodes):
+        raise UserInputError(_refusal(demand, replicas, nodes))
 
 
-def cluster_nodes() -> list[NodeCapacity]:
-    """The live nodes of the connected Ray cluster and their total logical resources."""
-    import ray
-
-    return [NodeCapacity(node.get("NodeManagerAddress", "?"), node["Resources"].get("CPU", 0),
-                         node["Resources"].get("GPU", 0)) for node in ray.nodes() if node.get("Alive")]
-
-
-def check_placement(demand: tuple[float, float], replicas: int, nodes: Sequence[NodeCapacity]) -> None:
-    """Raises UserInputError unless every replica finds a node with room for all its bundles."""
-    cpus, gpus = demand
-    left = [[node.cpus, node.gpus] for node in nodes]
-    for _ in range(replicas):
-        room = next((free for free in left if free[0] >= cpus and free[1] >= gpus), None)
-        if room is None:
-            raise UserInputError(_refusal(demand, replicas, nodes))
-        room[0] -= cpus
-        room[1] -= gpus
-
-
-def _refusal(demand: tuple[float, float], replicas: int, nodes: Sequence[NodeCapacity]) -> str:
-    cpus, gpus = demand
-    asked = f"{cpus:g} CPU(s)" + (f" and {gpus:g} GPU(s)" if gpus else "")
-    has = "; ".join(f"{node.name}: {node.cpus:g} CPU(s), {node.gpus:g} GPU(s)" for node in nodes) or "no live node"
-    return (f"the server cannot be placed: each of its {replicas} replica(s) needs {asked} on one node (the "
-            f"replica and one per rank), and the Ray cluster has {has}. Use fewer ranks or serve.num_replicas, "
-            f"or a cluster with room for them")
+def _refusal(demand: Sequence[Demand], replicas: int, nodes: Sequence[NodeCapacity]) -> str:
+    if len(demand) == 1:
+        asked = f"{describe_demand(demand[0])} on one node (the replica and one per rank)"
+    else:
+        asked = (f"{len(demand)} different nodes with " + ", ".join(describe_demand(d) for d in demand)
+                 + " (its ranks split over parallel.nodes; the replica on the first)")
+    return (f"the server cannot be placed: each of its {replicas} replica(s) needs {asked}, and the Ray cluster "
+            f"has {describe_nodes(nodes)}. Use fewer ranks or serve.num_replicas, or a cluster with room for them")

@@ -17,6 +17,7 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
 VAE_TILING_MODES = ("auto", "on", "off")
 IDLE_EXPERT_MODES = ("resident", "offload")  # model.idle_expert
+PROXY_LOCATIONS = ("HeadOnly", "EveryNode")  # serve.proxy_location
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,13 @@ class ParallelConfig:
     # auto: one video's decode is split over the whole decode group when all its ranks are idle
     # (>= 2 decode ranks); off: each decode rank always decodes its own video.
     split_decode: str = "auto"
+    # Nodes one rank group spans: its ranks split evenly over them in rank order, so Ulysses groups
+    # stay inside a node and Ring crosses nodes (runtime/layout.py checks a layout fits).
+    nodes: int = 1
 
     def __post_init__(self):
+        if not _is_int(self.nodes) or self.nodes < 1:
+            raise UserInputError(f"parallel.nodes must be an integer >= 1 (nodes one rank group spans), got {self.nodes!r}")
         for name in ("ulysses", "ring"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
@@ -208,6 +214,11 @@ class ServeConfig:
     # nodes share one PostgreSQL store (postgresql+psycopg://...) and one data_dir for the videos.
     database_url: str | None = None
     num_replicas: int = 1  # Serve replicas, each with its own rank group, all taking jobs from the store
+    # Where Serve runs HTTP proxies (Ray Serve's names): HeadOnly, one on the head node (the default:
+    # one endpoint that outlives any worker node; every proxy binds serve.host:serve.port, and on a
+    # one-machine cluster losing the node whose proxy held the port left the API answering nothing),
+    # or EveryNode, one on each node with a replica (behind a load balancer of your own).
+    proxy_location: str = "HeadOnly"
     job_lease_s: float = 20.0  # a replica that stops renewing its job for this long loses it to another
     api_keys: tuple[str, ...] = ()  # Bearer keys; empty: no authentication
     # Keys that see every key's jobs (get, list, content, events, delete); they must also be api_keys.
@@ -251,6 +262,7 @@ class ServeConfig:
     max_fps: int = 60
 
     def __post_init__(self):
+        _check_choice("serve.proxy_location", self.proxy_location, PROXY_LOCATIONS)
         for name in ("api_keys", "admin_keys", "allowed_hosts"):
             value = getattr(self, name)
             if isinstance(value, str) or not all(isinstance(k, str) and k for k in value):

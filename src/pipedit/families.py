@@ -93,6 +93,13 @@ _REGISTRY: dict[str, Family] = {}
 DEFAULT = "hunyuan-video"  # the family used when neither a model name nor a model path names one
 
 
+def demo_model(name: str | None = None) -> Path:
+    """The tiny demo checkpoint of `name`'s family (default: DEFAULT's), built on first use on this
+    machine and reused afterwards."""
+    entry = family(name or DEFAULT)
+    return entry.load(entry.demo.ensure)()
+
+
 def register(entry: Family) -> Family:
     """Adds (or replaces) a family; its pipelines must not be served by another family."""
     for other in _REGISTRY.values():

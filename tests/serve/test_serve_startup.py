@@ -29,16 +29,23 @@ CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 def test_placement_fits_per_node_and_names_what_is_missing():
     two_cores = [NodeCapacity("10.0.0.1", cpus=2, gpus=0)]
-    check_placement((2, 0), 1, two_cores)
+    check_placement([(2, 0)], 1, two_cores)
     with pytest.raises(UserInputError, match=r"needs 4 CPU\(s\) on one node.*10\.0\.0\.1: 2 CPU\(s\), 0 GPU\(s\)"):
-        check_placement((4, 0), 1, two_cores)
+        check_placement([(4, 0)], 1, two_cores)
     four_gpus = [NodeCapacity("a", cpus=64, gpus=4)]
     with pytest.raises(UserInputError, match=r"9 CPU\(s\) and 8 GPU\(s\)"):
-        check_placement((9, 8), 1, four_gpus)
+        check_placement([(9, 8)], 1, four_gpus)
     two_nodes = [NodeCapacity("a", cpus=8, gpus=4), NodeCapacity("b", cpus=8, gpus=4)]
-    check_placement((5, 4), 2, two_nodes)  # one replica per node (STRICT_PACK within a replica)
+    check_placement([(5, 4)], 2, two_nodes)  # one replica per node (STRICT_PACK within a replica)
     with pytest.raises(UserInputError, match="each of its 3 replica"):
-        check_placement((5, 4), 3, two_nodes)
+        check_placement([(5, 4)], 3, two_nodes)
+    # parallel.nodes 2: each replica's ranks on two different nodes, the replica beside the first half
+    spread = [(5, 4), (4, 4)]
+    check_placement(spread, 1, two_nodes)
+    with pytest.raises(UserInputError, match=r"2 different nodes with 5 CPU\(s\) and 4 GPU\(s\), 4 CPU.*a: 8 CPU"):
+        check_placement(spread, 2, two_nodes)  # the second replica would need two more nodes
+    with pytest.raises(UserInputError, match="2 different nodes"):
+        check_placement(spread, 1, two_nodes[:1])  # one big node is not two
 
 
 def test_a_port_that_a_running_serve_cannot_take_is_refused_or_followed():

@@ -141,6 +141,14 @@ def add_pipeline_flags(p) -> None:
     p.add_argument("--handoff", choices=("object_store", "p2p"), help="latent handoff from denoise to decode ranks (default p2p)")
     p.add_argument("--split-decode", choices=("auto", "off"),
                    help="auto: all idle decode ranks share one video's decode; off: one video per decode rank")
+    add_nodes_flag(p)
+
+
+def add_nodes_flag(p) -> None:
+    """--nodes, shared by generate, render, serve and bench pipeline (config parallel.nodes)."""
+    p.add_argument("--nodes", type=integer,
+                   help="nodes one rank group spans: ranks split evenly over them, Ulysses inside a node, Ring "
+                        "across nodes (a Ray cluster of that many nodes: --address)")
 
 
 def base_config(args):
@@ -165,5 +173,5 @@ def engine_config(args):
 def pipeline_overrides(config, args):
     return config.with_overrides(
         "parallel", decode_ranks=args.decode_ranks, ranks=args.ranks, aco=args.aco,
-        text_encoder=args.text_encoder, handoff=args.handoff, split_decode=args.split_decode,
+        text_encoder=args.text_encoder, handoff=args.handoff, split_decode=args.split_decode, nodes=args.nodes,
     )

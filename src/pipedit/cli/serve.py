@@ -4,7 +4,8 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from .flags import add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags
+    from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
+                        add_nodes_flag)
 
     p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
     p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
@@ -16,9 +17,13 @@ def add_parser(sub) -> None:
     p.add_argument("--database-url", help="job store URL, e.g. postgresql+psycopg://user@host/db "
                                           "(default: SQLite in the data folder)")
     p.add_argument("--num-replicas", type=int, help="Serve replicas (rank groups) sharing the job store")
+    p.add_argument("--proxy-location", choices=("HeadOnly", "EveryNode"),
+                   help="where Serve runs HTTP proxies: HeadOnly (default: one endpoint that outlives any worker "
+                        "node) or EveryNode (one per node with a replica, behind your load balancer)")
     p.add_argument("--api-key", action="append", dest="api_keys", help="accepted Bearer key (repeatable)")
     p.add_argument("--demo-prompt", help="once healthy, render this prompt through the API and print the mp4's path")
     add_address_flag(p)
+    add_nodes_flag(p)
     add_compile_flag(p)
     add_idle_expert_flag(p)
     add_lora_flags(p)
@@ -32,9 +37,10 @@ def _config(args):
     config = base_config(args).with_overrides("model", path=args.model_path, compile=args.compile,
                                               idle_expert=args.idle_expert, **lora_overrides(args))
     config = config.with_overrides("generation", cache=args.cache)  # requests without a cache take it
+    config = config.with_overrides("parallel", nodes=args.nodes)
     return config.with_overrides(
         "serve", host=args.host, port=args.port, data_dir=args.data_dir, max_queued=args.max_queued,
-        database_url=args.database_url, num_replicas=args.num_replicas,
+        database_url=args.database_url, num_replicas=args.num_replicas, proxy_location=args.proxy_location,
         api_keys=tuple(args.api_keys) if args.api_keys else None,
     )
 

@@ -21,7 +21,7 @@ class DecodeWorker(RankWorker):
         self._join(model_path, rendezvous)
         self.aco_pairs = []
         if self.layout.aco:
-            plan = plan_aco(attention_heads(model_path, self.config.model.name), self.layout.denoise_ranks, self.layout.decode_ranks)
+            plan = plan_aco(attention_heads(self.model_path, self.config.model.name), self.layout.denoise_ranks, self.layout.decode_ranks)
             self.aco_pairs = plan.served_by(self.rank)
         self.kernel = AttentionKernel()
 

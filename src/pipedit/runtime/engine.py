@@ -31,10 +31,9 @@ def resolve_model_path(path: str | None, model: str | None = None) -> Path:
     """The checkpoint folder; without a path, the tiny demo checkpoint of `model`'s family."""
     if path:
         return Path(path)
-    from ..families import DEFAULT, family
+    from ..families import demo_model
 
-    entry = family(model or DEFAULT)
-    return entry.load(entry.demo.ensure)()
+    return demo_model(model)
 
 
 class Engine:

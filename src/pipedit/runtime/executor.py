@@ -48,7 +48,8 @@ class InProcessExecutor:
 
 class RayExecutor:
     """One actor per rank (per GPU, or per CPU slot), packed on one node by a STRICT_PACK
-    placement group; torch.distributed over NCCL on GPUs, gloo on CPUs."""
+    placement group, or over parallel.nodes nodes by a STRICT_SPREAD group of one bundle per node
+    (layout.py: which ranks share a node); torch.distributed over NCCL on GPUs, gloo on CPUs."""
 
     def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
         import ray
@@ -58,7 +59,7 @@ class RayExecutor:
         self._started_ray = ensure_ray(layout.world_size)
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
-        self._group, self._first_bundle = _rank_bundles(layout.world_size, use_gpu)
+        self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
         env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env(), **_thread_env(layout.world_size)}
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
@@ -79,11 +80,13 @@ class RayExecutor:
                                      max_concurrency=2 if decode else 1)(DecodeWorker if decode else DenoiseWorker)
             self.actors.append(actor_class.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._group, placement_group_bundle_index=self._first_bundle + rank),
+                    self._group, placement_group_bundle_index=self._bundle_of(rank)),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
         limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
+        # Each rank reads the model from its own node's disk (the demo model is built there).
+        self.get([actor.find_model.remote(model_path) for actor in self.actors], limit)
         rendezvous = self.get(self.actors[0].rendezvous_address.remote(), limit)
         self._rendezvous = rendezvous
         self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors], limit)
@@ -168,7 +171,7 @@ class RayExecutor:
 
         for actor in self.actors:
             self._ray.kill(actor, no_restart=True)
-        if self._first_bundle == 0:  # a group of our own (not the Serve replica's)
+        if self._own_group:  # not the Serve replica's
             remove_placement_group(self._group)
         if self._rendezvous.startswith("file://"):  # rank 0's file store, on this machine
             shutil.rmtree(os.path.dirname(self._rendezvous.removeprefix("file://")), ignore_errors=True)
@@ -200,24 +203,47 @@ def _thread_env(world_size: int) -> dict[str, str]:
     return {CPU_THREADS_ENV: str(cpu_threads_per_rank(world_size))}
 
 
-def _rank_bundles(world_size: int, use_gpu: bool):
-    """(placement group, index of rank 0's bundle). Inside a Serve replica started with
-    placement_group_bundles (bundle 0: the replica, then one per rank, STRICT_PACK) the ranks
-    take the replica's bundles, so Serve schedules whole rank groups; elsewhere a STRICT_PACK
-    group of our own."""
-    import ray
-    from ray.util.placement_group import get_current_placement_group, placement_group
+def _rank_bundles(layout: WorldLayout, use_gpu: bool):
+    """(placement group, rank -> its bundle's index, whether the group is ours). Inside a Serve
+    replica started with placement_group_bundles (serve/deployment.py: the replica's bundle, then
+    one per rank; or one per node) the ranks take the replica's bundles, so Serve schedules whole
+    rank groups; elsewhere a group of our own."""
+    from ray.util.placement_group import get_current_placement_group
 
     current = get_current_placement_group()
-    if current is not None:
-        if len(current.bundle_specs) < world_size + 1:
-            raise RuntimeError(f"this replica's placement group has {len(current.bundle_specs)} bundles; "
-                               f"{world_size} ranks need {world_size + 1} (the replica's, then one per rank)")
-        return current, 1
-    bundle = {"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}
-    group = placement_group([bundle] * world_size, strategy="STRICT_PACK")
+    if current is None:
+        return _own_group(layout, use_gpu), (layout.node_of if layout.nodes > 1 else (lambda rank: rank)), True
+    need = layout.nodes if layout.nodes > 1 else layout.world_size + 1
+    if len(current.bundle_specs) < need:
+        raise RuntimeError(f"this replica's placement group has {len(current.bundle_specs)} bundles; "
+                           f"{layout.world_size} ranks on {layout.nodes} node(s) need {need}")
+    return current, (layout.node_of if layout.nodes > 1 else (lambda rank: rank + 1)), False
+
+
+def _own_group(layout: WorldLayout, use_gpu: bool):
+    """One bundle per rank on one node (STRICT_PACK), or one per node holding its ranks on
+    `layout.nodes` different nodes (STRICT_SPREAD); refused at once, naming the nodes, when the
+    cluster has no room for it (Ray would wait without a word)."""
+    import ray
+    from ray.util.placement_group import placement_group
+
+    from .cluster import bundle_demand, cluster_nodes, describe_demand, describe_nodes, fits
+
+    if layout.nodes == 1:
+        group = placement_group([{"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}] * layout.world_size,
+                                strategy="STRICT_PACK")
+    else:
+        per_node = layout.ranks_per_node
+        bundle = {"CPU": per_node, "GPU": per_node} if use_gpu else {"CPU": per_node}
+        nodes = cluster_nodes()
+        if not fits([[bundle_demand(bundle)] * layout.nodes], nodes):
+            raise UserInputError(f"{layout.world_size} ranks on {layout.nodes} nodes need {layout.nodes} different "
+                                 f"nodes with {describe_demand(bundle_demand(bundle))} each; the Ray cluster has "
+                                 f"{describe_nodes(nodes)}. Attach to a cluster of enough nodes (--address) or "
+                                 f"use fewer --nodes")
+        group = placement_group([bundle] * layout.nodes, strategy="STRICT_SPREAD")
     ray.get(group.ready(), timeout=120)
-    return group, 0
+    return group
 
 
 def create_executor(config: EngineConfig, model_path: str, layout: WorldLayout):

@@ -52,6 +52,7 @@ class RankWorker:
         self.rank = rank
         self.device = resolve_rank_device(config.model.device)  # indexed on CUDA (cuda:N)
         self.adapter = None
+        self.model_path: str | None = None  # the model folder on this rank's node (find_model)
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
         self.decode_group: DecodeGroup | None = None  # the decode ranks' group, for split decodes
         self._stream_for_encoding = None  # CUDA only, made at the first encode
@@ -70,6 +71,26 @@ class RankWorker:
 
         return ray.util.get_node_ip_address(), gpu_identity(self.device)
 
+    def find_model(self, model_path: str) -> str:
+        """The model folder as this rank reads it, on its own node's disk: the embedded demo model
+        is built here when the engine runs it (model.path unset); any other folder must be readable
+        here, else the start fails naming the node and the path (on a cluster every node needs
+        its own copy, or a shared folder mounted at the same path)."""
+        from ..families import demo_model
+
+        if self.config.model.path is None:
+            path = demo_model(self.config.model.name)  # built once per node
+        else:
+            path = Path(model_path)
+        if not (path.is_dir() and os.access(path, os.R_OK | os.X_OK)):
+            import ray.util
+
+            raise UserInputError(f"rank {self.rank} on node {ray.util.get_node_ip_address()} cannot read the model "
+                                 f"folder {path}: copy the model to that path on every node of the cluster, or "
+                                 f"mount a shared folder there")
+        self.model_path = str(path)
+        return self.model_path
+
     def rendezvous_address(self) -> str:
         """torch.distributed's init_method, chosen on rank 0's node: tcp://node:port (its store
         listens on every interface, as ranks on several nodes need); on a loopback node (an
@@ -87,6 +108,7 @@ class RankWorker:
 
     def _join(self, model_path: str, rendezvous: str | None) -> None:
         quiet_libraries()
+        model_path = self.find_model(model_path)
         if self.layout.world_size > 1:
             self._init_process_group(rendezvous)
             # Collective on every rank, decode ranks included (they get None back).

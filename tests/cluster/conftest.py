@@ -1,0 +1,43 @@
+"""One Ray cluster of a head and two worker nodes, all on this machine (ray.cluster_utils.Cluster:
+each node its own raylet to the scheduler), shared by every test in this folder: starting one
+costs seconds and about a GB. The head has no room for a rank group, so rank groups land on the
+workers; a test may remove a worker (the last test to run does)."""
+
+import os
+from types import SimpleNamespace
+
+import pytest
+
+HEAD_CPUS = 1
+WORKER_CPUS = 3  # one 2-rank replica (its bundle and two ranks), or one node's half of a 4-rank group
+
+
+@pytest.fixture(scope="package")
+def cluster():
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from pipedit.runtime.ray_instance import connect_ray
+
+    had_ray = ray.is_initialized()  # another folder's ray_session: give it back afterwards
+    ray.shutdown()
+    saved_address = os.environ.pop("RAY_ADDRESS", None)
+    nodes = Cluster()
+    try:
+        head = nodes.add_node(num_cpus=HEAD_CPUS)
+        workers = [nodes.add_node(num_cpus=WORKER_CPUS) for _ in range(2)]
+        ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False)
+        yield SimpleNamespace(nodes=nodes, head=head, workers=workers, address=nodes.address)
+    finally:
+        try:
+            from ray import serve
+
+            serve.shutdown()
+        finally:
+            ray.shutdown()
+            nodes.shutdown()
+            os.environ.pop("RAY_ADDRESS", None)  # a command's --address sets it (pipedit.cli.main)
+            if saved_address is not None:
+                os.environ["RAY_ADDRESS"] = saved_address
+            if had_ray:
+                connect_ray(num_cpus=4)
