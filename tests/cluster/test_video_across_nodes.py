@@ -12,23 +12,25 @@ from pipedit.runtime.engine import Engine
 PROMPT, HEIGHT, WIDTH, FRAMES, STEPS, SEED = "a lighthouse at dusk", 80, 112, 17, 2, 5
 
 
-def _rank_nodes(ray, before: set[str]) -> list[str]:
-    """Node ids of the rank actors started since `before` (actor ids), from Ray's state API."""
-    from ray.util.state import list_actors
-
-    ranks = [a for a in list_actors(filters=[("class_name", "=", "DenoiseWorker")], limit=1000, raise_on_missing_output=False)
-             if a.actor_id not in before]
-    return [a.node_id for a in ranks]
-
-
-def test_a_video_over_two_nodes_equals_one_rank(cluster, demo_checkpoint, tmp_path):
+def _actors(**options):
+    """Ray's state API, asked of this cluster (without an address it may pick another instance)."""
     import ray
     from ray.util.state import list_actors
 
+    return list_actors(address=ray.get_runtime_context().gcs_address, limit=1000, raise_on_missing_output=False,
+                       **options)
+
+
+def _rank_nodes(before: set[str]) -> list[str]:
+    """Node ids of the rank actors started since `before` (actor ids)."""
+    return [a.node_id for a in _actors(filters=[("class_name", "=", "DenoiseWorker")]) if a.actor_id not in before]
+
+
+def test_a_video_over_two_nodes_equals_one_rank(cluster, demo_checkpoint, tmp_path):
     request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, seed=SEED)
     with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))) as engine:
         reference = engine.generate(request).latents
-    before = {a.actor_id for a in list_actors(limit=1000, raise_on_missing_output=False)}
+    before = {a.actor_id for a in _actors()}
     latents_file = tmp_path / "latents.pt"
     code = main(["generate", "--prompt", PROMPT, "--model-path", str(demo_checkpoint), "--height", str(HEIGHT),
                  "--width", str(WIDTH), "--num-frames", str(FRAMES), "--steps", str(STEPS), "--seed", str(SEED),
@@ -38,6 +40,6 @@ def test_a_video_over_two_nodes_equals_one_rank(cluster, demo_checkpoint, tmp_pa
     latents = torch.load(latents_file)
     assert latents.shape == reference.shape
     assert (latents - reference).abs().max().item() <= 1e-4 * reference.abs().max().item()
-    nodes = _rank_nodes(ray, before)
+    nodes = _rank_nodes(before)
     workers = {worker.node_id for worker in cluster.workers}
     assert len(nodes) == 4 and set(nodes) == workers  # two ranks on each worker node

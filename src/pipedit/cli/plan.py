@@ -10,7 +10,7 @@ from pathlib import Path
 
 def add_parser(sub) -> None:
     from ..families import DEFAULT
-    from ..planner.hardware import GPUS, INTERCONNECTS
+    from ..planner.hardware import DEFAULT_INTER_NODE_GBPS, GPUS, INTERCONNECTS
     from ..planner.models import model_names
 
     p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
@@ -21,7 +21,13 @@ def add_parser(sub) -> None:
     p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
     p.add_argument("--idle-expert", choices=("resident", "offload"),
                    help="two-expert models (wan-a14b): plan only this model.idle_expert (default: both)")
-    p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on the node")
+    p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on each node")
+    p.add_argument("--nodes", type=int, default=1,
+                   help="nodes of --gpus GPUs each: one rank group over all of them (parallel.nodes; Ulysses "
+                        "inside a node, Ring and the decode handoff across the network)")
+    p.add_argument("--inter-node", type=float, default=DEFAULT_INTER_NODE_GBPS, metavar="GBPS",
+                   help=f"the network between nodes, Gb/s per node each way, shared by a node's GPUs (default "
+                        f"{DEFAULT_INTER_NODE_GBPS:g})")
     p.add_argument("--gpu", choices=GPUS, default="h100",
                    help="hardware profile; 'this': this machine, measured once (CPU ranks) and cached")
     p.add_argument("--interconnect", choices=INTERCONNECTS,
@@ -46,7 +52,9 @@ def add_parser(sub) -> None:
 def _check(args) -> None:
     from ..errors import UserInputError
 
-    for name in ("gpus", "height", "width", "frames", "steps", "prompts", "top"):
+    if args.inter_node <= 0:
+        raise UserInputError(f"--inter-node must be a positive bandwidth in Gb/s, got {args.inter_node:g}")
+    for name in ("gpus", "nodes", "height", "width", "frames", "steps", "prompts", "top"):
         if getattr(args, name) < 1:
             raise UserInputError(f"--{name} must be at least 1, got {getattr(args, name)}")
     if (args.frames - 1) % 4:
@@ -106,12 +114,19 @@ def _profile(args, model, shape, steps: int):
 
 
 def _node(args, prof, gpus: int):
+    """`gpus` on one node (a --compare cell), or with --nodes M, M nodes of `gpus` each."""
+    from dataclasses import replace
+
     from ..planner.hardware import make_node, node
 
     interconnect = args.interconnect or ("nvlink" if prof.nvlink_bandwidth else "pcie")
     if args.gpu != "this":
         node(args.gpu, gpus, interconnect)  # checks the flags
-    return make_node(prof, gpus, interconnect)
+    one = make_node(prof, gpus, interconnect)
+    nodes = getattr(args, "nodes", 1)
+    if nodes == 1:
+        return one
+    return replace(one, gpus=gpus * nodes, nodes=nodes, inter_node_bandwidth=args.inter_node * 1e9 / 8)
 
 
 def _compare(args, model) -> int:
@@ -151,7 +166,7 @@ def _run_plan(args) -> int:
     prof = _profile(args, model, shape, args.steps)
     problem = Problem(model, _node(args, prof, args.gpus), shape, args.steps, args.prompts)
     idle = (args.idle_expert,) if args.idle_expert else ("resident", "offload")
-    fitting, too_big = rank(problem, candidates(model, args.gpus, idle))
+    fitting, too_big = rank(problem, candidates(model, problem.node.gpus, idle, per_node=args.gpus))
     print(plan_table(problem, fitting, too_big, args.top))
     if args.write:
         from ..errors import UserInputError

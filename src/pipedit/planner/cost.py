@@ -128,6 +128,8 @@ def _ring_exposed(model, shape, node, layout, w, attention) -> float:
         return 0.0
     kv = 2 * w.a2a_bytes_per_layer / 4 / layout.ranks  # K and V of the local tokens, local heads
     per_hop = node.transfer_s(kv, layout.ranks)
+    if layout.ranks > node.gpus_per_node:  # the ring crosses nodes; every rank of a node sends at once
+        per_hop = max(per_hop, node.cross_transfer_s(kv, node.gpus_per_node))
     attn_hop = attention / w.attn_layers / r
     return w.attn_layers * (r - 1) * max(0.0, per_hop - attn_hop)
 
@@ -139,6 +141,8 @@ def _aco(model, shape, node, layout, w, attention) -> tuple[float, float]:
     attention = attention * layout.ranks / total
     moved = w.a2a_bytes_per_layer * layout.helpers / total  # q, k, v out + o back, whole sequence
     per_rank = moved / layout.ranks
+    if node.nodes > 1:  # the helpers (decode ranks) sit on the last node
+        return attention, w.attn_layers * node.cross_transfer_s(per_rank, node.gpus_per_node)
     return attention, w.attn_layers * node.transfer_s(per_rank, node.gpus)
 
 
@@ -158,7 +162,10 @@ def text_seconds(model: ModelSpec, node: Node) -> float:
 def handoff_seconds(model: ModelSpec, shape: Shape, node: Node) -> float:
     """Latent handoff denoise -> decode rank (float32 latents, point to point)."""
     lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
-    return node.transfer_s(model.latent_channels * lt * lh * lw * 4, node.gpus)
+    nbytes = model.latent_channels * lt * lh * lw * 4
+    if node.nodes > 1:  # denoise rank 0 on the first node, the decode ranks on the last
+        return node.cross_transfer_s(nbytes, 1)
+    return node.transfer_s(nbytes, node.gpus)
 
 
 def physical_limit_seconds(model: ModelSpec, shape: Shape, node: Node, steps: int) -> float:

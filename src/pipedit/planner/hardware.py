@@ -100,13 +100,29 @@ PROFILES: dict[str, GpuProfile] = {
 }
 
 
+DEFAULT_INTER_NODE_GBPS = 400.0  # `pipedit plan --inter-node`: a 400 Gb/s network between nodes
+INTER_NODE_LATENCY_S = 15e-6  # one message between nodes (RDMA, NCCL's network transport)
+
+
 @dataclass(frozen=True)
 class Node:
     """`gpus` GPUs of one profile and how they talk."""
 
     gpu: GpuProfile
-    gpus: int
-    interconnect: str  # "nvlink" or "pcie"
+    gpus: int  # on all nodes together
+    interconnect: str  # "nvlink" or "pcie": the links inside a node
+    nodes: int = 1  # nodes the GPUs are split over evenly (parallel.nodes)
+    # The network between nodes: bytes/s each way per node, shared by the node's GPUs that send
+    # across at once (one 400 Gb/s NIC per node by default; a node with a NIC per GPU has 8x that).
+    inter_node_bandwidth: float = DEFAULT_INTER_NODE_GBPS * 1e9 / 8
+
+    @property
+    def gpus_per_node(self) -> int:
+        return self.gpus // self.nodes
+
+    def cross_transfer_s(self, nbytes: float, senders: int) -> float:
+        """`senders` GPUs of one node each move `nbytes` to another node at once."""
+        return INTER_NODE_LATENCY_S + nbytes * max(1, senders) / self.inter_node_bandwidth
 
     def collective_bandwidth(self, group: int) -> float:
         """Bytes/s each way per GPU for an all-to-all or ring exchange among `group` GPUs."""

@@ -22,6 +22,8 @@ def plan_table(problem: Problem, fitting: list[Prediction], too_big: list[Predic
     m, n, s = problem.model, problem.node, problem.shape
     limit = problem.limit_s()
     links = "gloo" if n.gpu.host_cores else n.interconnect
+    if n.nodes > 1:
+        links += f"; {n.nodes} nodes of {n.gpus_per_node}, {n.inter_node_bandwidth * 8 / 1e9:g} Gb/s between nodes"
     peak = f"{n.gpu.peak_flops / 1e12:.1f} TFLOPS" if n.gpu.peak_flops >= 1e12 else f"{n.gpu.peak_flops / 1e9:.1f} GFLOPS"
     head = (f"{m.name} on {n.gpus}x {n.gpu.name} ({links}), {s.width}x{s.height}x{s.frames}, "
             f"{problem.steps} steps, {problem.prompts} prompt(s)\n"
@@ -74,6 +76,8 @@ def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | Non
                      "pipesp_chunk": "off" if c.chunk is None else c.chunk, "aco": "on" if c.aco else "off"},
         "generation": {"height": s.height, "width": s.width, "num_frames": s.frames, "steps": problem.steps},
     }
+    if problem.node.nodes > 1:
+        data["parallel"]["nodes"] = problem.node.nodes
     if problem.model.family == "wan":
         data["model"]["name"] = "wan"
     if problem.model.experts > 1:

@@ -150,13 +150,24 @@ def _local_heads(heads: int, ulysses: int) -> int:
     return -(-heads // ulysses)
 
 
-def candidates(model: ModelSpec, gpus: int, idle_experts: tuple[str, ...] = IDLE_EXPERT) -> list[Candidate]:
-    """`idle_experts`: the choices tried for a two-expert model (one-expert models: resident)."""
+def fits_nodes(denoise: int, decode: int, ulysses: int, per_node: int) -> bool:
+    """Whether the runtime can place this layout over nodes of `per_node` ranks (pipedit.runtime.layout:
+    every Ulysses group inside one node, the decode ranks on the last node)."""
+    inside = all(start // per_node == (start + ulysses - 1) // per_node for start in range(0, denoise, ulysses))
+    return inside and decode <= per_node
+
+
+def candidates(model: ModelSpec, gpus: int, idle_experts: tuple[str, ...] = IDLE_EXPERT,
+               per_node: int | None = None) -> list[Candidate]:
+    """`idle_experts`: the choices tried for a two-expert model (one-expert models: resident).
+    `per_node`: GPUs per node when `gpus` span several nodes (only layouts that fit them)."""
     found = []
     experts = idle_experts if model.experts > 1 else ("resident",)
+    per_node = per_node or gpus
     for decode in range(0, gpus):
         denoise = gpus - decode
-        for ulysses in (u for u in range(1, min(denoise, model.heads) + 1) if denoise % u == 0):
+        for ulysses in (u for u in range(1, min(denoise, model.heads) + 1)
+                        if denoise % u == 0 and fits_nodes(denoise, decode, u, per_node)):
             ring = denoise // ulysses
             chunks = [None] + ([c for c in (1, 2, 4, 8) if c < _local_heads(model.heads, ulysses)]
                                if ulysses > 1 else [])
@@ -170,7 +181,8 @@ def candidates(model: ModelSpec, gpus: int, idle_experts: tuple[str, ...] = IDLE
 
 def rank(p: Problem, cands: list[Candidate] | None = None) -> tuple[list[Prediction], list[Prediction]]:
     """(fitting configurations best first, configurations that do not fit in GPU memory)."""
-    predictions = [predict(p, c) for c in (cands if cands is not None else candidates(p.model, p.node.gpus))]
+    predictions = [predict(p, c) for c in (cands if cands is not None else
+                                          candidates(p.model, p.node.gpus, per_node=p.node.gpus_per_node))]
     fitting = sorted((x for x in predictions if x.fits), key=lambda x: (x.batch_s, x.latency_s, x.peak_bytes, x.candidate.tiled))
     too_big = sorted((x for x in predictions if not x.fits), key=lambda x: x.batch_s)
     return fitting, too_big
