@@ -21,6 +21,8 @@ from ray import serve
 
 from pipedit import faults
 
+from . import data_folder
+
 from pipedit.config import EngineConfig, load_config
 from pipedit.errors import UserInputError
 
@@ -70,10 +72,14 @@ def spreads(config: EngineConfig) -> bool:
     return config.parallel.nodes > 1 and engine_ranks(config) > 1
 
 
-def deployment_options(config: EngineConfig) -> dict:
+def deployment_options(config: EngineConfig, data_mark: str | None = None) -> dict:
+    """`data_mark`: the data folder's mark each replica checks at start (data_folder.py)."""
     # The fault injection switch goes from the server's environment to the replica (which hands
     # it to its rank actors), also on a cluster whose workers do not share that environment.
-    env = {"runtime_env": {"env_vars": {faults.ENV: os.environ[faults.ENV]}}} if os.environ.get(faults.ENV) else {}
+    handed = {faults.ENV: os.environ[faults.ENV]} if os.environ.get(faults.ENV) else {}
+    if data_mark:
+        handed[data_folder.ENV] = data_mark
+    env = {"runtime_env": {"env_vars": handed}} if handed else {}
     bundles = replica_bundles(config)
     if len(bundles) == 1:
         return {"ray_actor_options": {"num_cpus": bundles[0]["CPU"], "num_gpus": bundles[0]["GPU"], **env}}
@@ -90,8 +96,11 @@ class PipeditServer:
         from .metrics import EngineMetrics
         from .service import data_dir_for, limits_for, open_service
 
+        import ray
+
         self.config = config
         _replica_grpc_on_loopback()
+        data_folder.check(data_dir_for(config), ray.util.get_node_ip_address())
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
                                     limits=limits_for(config), owner=_replica_owner())
         # The queue is the shared store's (the engine holds at most one waiting job per replica).
@@ -156,8 +165,8 @@ def _replica_owner() -> str | None:
     return f"{replica}@{new_owner_id()}"
 
 
-def build_application(config: EngineConfig):
-    options = deployment_options(config)
+def build_application(config: EngineConfig, data_mark: str | None = None):
+    options = deployment_options(config, data_mark)
     # Serve kills a replica whose shutdown takes longer than graceful_shutdown_timeout_s: room for
     # the grace period, then closing the engine (its rank actors).
     return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=config.serve.num_replicas,

@@ -16,6 +16,7 @@ import urllib.request
 from pipedit.config import EngineConfig
 from pipedit.errors import UserInputError
 
+from . import data_folder
 from .deployment import engine_ranks, replica_bundles, spreads
 from .placement import check_placement, cluster_nodes, replica_demand
 
@@ -83,24 +84,24 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     from ray import serve
 
     from .deployment import APP_NAME, build_application
+    from .service import data_dir_for
 
     check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
                     cluster_nodes())
+    mark = data_folder.mark(data_dir_for(config))  # each replica checks it holds this mark
     port = _serve_port(config.serve.port, port_given, running_port)
     print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
           f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
     serve.start(proxy_location=config.serve.proxy_location,
                 http_options={"host": config.serve.host, "port": port,
                               "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
-    serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_application(config, mark), name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://{_display_host(config.serve.host)}:{port}"
     _wait_healthy(url)
     served.append(url)
     print(f"pipedit: serving {url} (OpenAPI at {url}/{'docs' if config.serve.docs else 'openapi.json'}); "
           f"Ctrl-C or SIGTERM stops", flush=True)
     if demo_prompt:
-        from .service import data_dir_for
-
         print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
     while True:
         time.sleep(3600)

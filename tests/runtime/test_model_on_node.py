@@ -24,3 +24,14 @@ def test_a_rank_finds_the_demo_model_on_its_node(tmp_path, monkeypatch):
     found = rank.find_model("/the/driver's/cache/path")  # another node's path: this node builds its own
     assert found == str(tmp_path / "cache" / demo_checkpoint.DEMO_VERSION) == rank.model_path
     assert (tmp_path / "cache" / demo_checkpoint.DEMO_VERSION / "model_index.json").is_file()
+
+
+def test_a_rank_that_cannot_see_the_fault_folder_names_node_and_folder(tmp_path, monkeypatch):
+    from pipedit import faults
+
+    rank = RankWorker(EngineConfig(), WorldLayout(ulysses=2), rank=1)
+    monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path))
+    rank.check_fault_folder()
+    monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path / "on-another-node"))
+    with pytest.raises(UserInputError, match=r"rank 1 on node .* cannot see the fault injection state folder"):
+        rank.check_fault_folder()

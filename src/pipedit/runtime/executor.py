@@ -87,6 +87,7 @@ class RayExecutor:
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
         # Each rank reads the model from its own node's disk (the demo model is built there).
         self.get([actor.find_model.remote(model_path) for actor in self.actors], limit)
+        self.get([actor.check_fault_folder.remote() for actor in self.actors], limit)
         rendezvous = self.get(self.actors[0].rendezvous_address.remote(), limit)
         self._rendezvous = rendezvous
         self.get([actor.setup.remote(model_path, rendezvous) for actor in self.actors], limit)
@@ -191,8 +192,8 @@ def _fault_env() -> dict[str, str]:
     if not spec:
         return {}
     faults.parse(spec)  # a typo fails the start, with the grammar's message
-    if _once_dir is None:
-        _once_dir = tempfile.mkdtemp(prefix="pipedit-faults-")
+    if _once_dir is None:  # given: a folder every node shares (rank groups over several nodes)
+        _once_dir = os.environ.get(faults.ONCE_DIR_ENV) or tempfile.mkdtemp(prefix="pipedit-faults-")
     return {faults.ENV: spec, faults.ONCE_DIR_ENV: _once_dir}
 
 

@@ -91,6 +91,17 @@ class RankWorker:
         self.model_path = str(path)
         return self.model_path
 
+    def check_fault_folder(self) -> None:
+        """Fault injection's `once` markers live in one folder that every rank must see (on several
+        nodes: a shared folder, given as PIPEDIT_FAULTS_ONCE_DIR); fails the start naming the node."""
+        folder = os.environ.get(faults.ONCE_DIR_ENV)
+        if folder and not os.path.isdir(folder):
+            import ray.util
+
+            raise UserInputError(f"rank {self.rank} on node {ray.util.get_node_ip_address()} cannot see the fault "
+                                 f"injection state folder {folder}: set {faults.ONCE_DIR_ENV} to a folder every "
+                                 f"node shares")
+
     def rendezvous_address(self) -> str:
         """torch.distributed's init_method, chosen on rank 0's node: tcp://node:port (its store
         listens on every interface, as ranks on several nodes need); on a loopback node (an
