@@ -1,7 +1,7 @@
 """One Ray cluster of a head and two worker nodes, all on this machine (ray.cluster_utils.Cluster:
 each node its own raylet to the scheduler), shared by every test in this folder: starting one
 costs seconds and about a GB. The head has no room for a rank group, so rank groups land on the
-workers; a test may remove a worker (the last test to run does)."""
+workers; a test that removes a worker adds one back (`add_worker`) before it ends."""
 
 import os
 from types import SimpleNamespace
@@ -27,7 +27,12 @@ def cluster():
         head = nodes.add_node(num_cpus=HEAD_CPUS)
         workers = [nodes.add_node(num_cpus=WORKER_CPUS) for _ in range(2)]
         ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False)
-        yield SimpleNamespace(nodes=nodes, head=head, workers=workers, address=nodes.address)
+
+        def add_worker():
+            workers.append(nodes.add_node(num_cpus=WORKER_CPUS))
+            return workers[-1]
+
+        yield SimpleNamespace(nodes=nodes, head=head, workers=workers, address=nodes.address, add_worker=add_worker)
     finally:
         try:
             from ray import serve

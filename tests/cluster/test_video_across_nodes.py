@@ -2,6 +2,7 @@
 across them, against the one-rank run. Ring merges blocks with an online softmax, so the latents
 differ from one device by float rounding only: 1e-4 relative is the contract's bound."""
 
+import pytest
 import torch
 
 from pipedit.cli import main
@@ -9,6 +10,7 @@ from pipedit.config import EngineConfig, ModelConfig
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 
+pytestmark = pytest.mark.slow  # a cluster of three nodes, end-to-end runs
 PROMPT, HEIGHT, WIDTH, FRAMES, STEPS, SEED = "a lighthouse at dusk", 80, 112, 17, 2, 5
 
 
