@@ -2,8 +2,8 @@
 
 A replica builds the EngineLoop (its rank actors go into the replica's own placement group:
 bundle 0 is the replica, then one bundle per rank, STRICT_PACK, so Serve places whole rank
-groups on one node; with parallel.nodes M, one bundle per node, STRICT_SPREAD), the job service over the durable store, and the FastAPI app, which Serve
-serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder
+groups on one node; with parallel.nodes M, one bundle per node, STRICT_SPREAD), the job service
+over the durable store, and the FastAPI app, which Serve serves as the ingress. `app_builder` lets `serve run pipedit.serve.deployment:app_builder
 config=FILE` start the same application.
 
 serve.num_replicas replicas (each its own placement group and rank group) share one job store

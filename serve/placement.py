@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from pipedit.errors import UserInputError
-from pipedit.runtime.cluster import Demand, NodeCapacity, bundle_demand, cluster_nodes, describe_demand, describe_nodes, fits
+from pipedit.runtime.cluster import (Demand, NodeCapacity, bundle_demand, cluster_nodes, describe_demand,
+                                     describe_nodes, fits)
 
 __all__ = ["NodeCapacity", "check_placement", "cluster_nodes", "replica_demand"]
 

@@ -125,7 +125,8 @@ class ParallelConfig:
 
     def __post_init__(self):
         if not _is_int(self.nodes) or self.nodes < 1:
-            raise UserInputError(f"parallel.nodes must be an integer >= 1 (nodes one rank group spans), got {self.nodes!r}")
+            raise UserInputError(f"parallel.nodes must be an integer >= 1 (nodes one rank group spans), "
+                                 f"got {self.nodes!r}")
         for name in ("ulysses", "ring"):
             value = getattr(self, name)
             if not _is_int(value) or value < 1:
