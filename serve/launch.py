@@ -103,8 +103,40 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
           f"Ctrl-C or SIGTERM stops", flush=True)
     if demo_prompt:
         print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
+    _watch_replicas(config.serve.num_replicas)
+
+
+def _watch_replicas(wanted: int) -> None:
+    """Until a Stop: says when fewer replicas than asked for run (their node was lost and Serve
+    waits for room to start replacements) and when all run again."""
+    said = wanted
     while True:
-        time.sleep(3600)
+        time.sleep(PROGRESS_S)
+        running = _running_replicas()
+        line = replica_count_line(running, wanted) if running is not None and running != said else None
+        if line:
+            print(line, flush=True)
+            said = running
+
+
+def replica_count_line(running: int, wanted: int) -> str:
+    if running < wanted:
+        return (f"pipedit: serving with {running} of {wanted} replica(s); Serve starts the others where there is "
+                f"room (a node that joins takes them)")
+    return f"pipedit: all {wanted} replica(s) running again"
+
+
+def _running_replicas() -> int | None:
+    """Replicas Serve reports running; None while it cannot say."""
+    from ray import serve
+
+    from .deployment import APP_NAME
+
+    try:
+        app = serve.status().applications.get(APP_NAME)
+        return None if app is None else app.deployments["PipeditServer"].replica_states.get("RUNNING", 0)
+    except Exception:  # noqa: BLE001 - the controller restarting: ask again next time
+        return None
 
 
 def _connect_ray(config: EngineConfig, address: str | None) -> bool:
