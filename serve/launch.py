@@ -135,6 +135,8 @@ def _running_replicas() -> int | None:
     try:
         app = serve.status().applications.get(APP_NAME)
         return None if app is None else app.deployments["PipeditServer"].replica_states.get("RUNNING", 0)
+    except Stop:  # SIGTERM or Ctrl-C arrived meanwhile: the server stops
+        raise
     except Exception:  # noqa: BLE001 - the controller restarting: ask again next time
         return None
 
