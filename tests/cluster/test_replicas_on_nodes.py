@@ -9,6 +9,7 @@ one, right after the loss, that took 1.3 to 2.0 s while Serve's router found out
 chose was gone; in one run of four a probe got 500 instead (Serve's proxy answers 500 to a
 request in flight on a replica that dies)."""
 
+import json
 import time
 import urllib.error
 import urllib.request
@@ -37,8 +38,6 @@ def _get(url: str, timeout: float) -> int:
 
 
 def _post(url: str, body: dict) -> dict:
-    import json
-
     request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=60) as response:
@@ -54,9 +53,8 @@ def _wait(condition, timeout: float, every: float = 0.5):
 
 def _replica_nodes() -> dict[str, str]:
     """Live replica actor id -> node id (Ray's state API)."""
-    from ray.util.state import list_actors
-
     import ray
+    from ray.util.state import list_actors
 
     return {a.actor_id: a.node_id for a in list_actors(
         address=ray.get_runtime_context().gcs_address, limit=100,
