@@ -22,11 +22,13 @@ class NodeCapacity:
 
 
 def cluster_nodes() -> list[NodeCapacity]:
-    """The live nodes of the connected Ray cluster and their total logical resources."""
+    """The live nodes of the connected Ray cluster and their total logical resources, named by
+    address and the start of Ray's node id (several nodes may share an address)."""
     import ray
 
-    return [NodeCapacity(node.get("NodeManagerAddress", "?"), node["Resources"].get("CPU", 0),
-                         node["Resources"].get("GPU", 0)) for node in ray.nodes() if node.get("Alive")]
+    return [NodeCapacity(f"{node.get('NodeManagerAddress', '?')} ({node.get('NodeID', '?')[:8]})",
+                         node["Resources"].get("CPU", 0), node["Resources"].get("GPU", 0))
+            for node in ray.nodes() if node.get("Alive")]
 
 
 def bundle_demand(bundle: dict) -> Demand:
