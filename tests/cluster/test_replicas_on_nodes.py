@@ -5,9 +5,9 @@ answers throughout; a node that joins then takes Serve's replacement replica. Pr
 from the node's loss to the last job done and the slowest /healthz.
 
 Measured, and why the bounds are not "200 within 1 s": every probe answered within 0.3 s but
-one, right after the loss, that took 1.3 to 2.0 s while Serve's router found out the replica it
-chose was gone; in one run of four a probe got 500 instead (Serve's proxy answers 500 to a
-request in flight on a replica that dies)."""
+one, right after the loss, that took 1.2 to 2.0 s while Serve's router found out the replica it
+chose was gone; in one run of seven a probe got 500 instead (Serve's proxy answers 500 to a
+request in flight on a replica that dies). docs/multi-node.md has the runs."""
 
 import json
 import time
@@ -77,7 +77,6 @@ def served(cluster, demo_checkpoint, tmp_path_factory):
     try:
         serve.start(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
         serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
-
         _wait(lambda: _running_replicas() == 2, timeout=300)
         yield f"http://127.0.0.1:{port}", data
     finally:

@@ -3,7 +3,9 @@ renewing the leases of the jobs it holds, claims nothing new and says it is unfi
 check_health), so another replica runs its jobs; once a rebuild works it is fit again."""
 
 import threading
+from types import SimpleNamespace
 
+import pytest
 import torch
 
 from pipedit.request import VideoRequest, VideoResult
@@ -73,10 +75,6 @@ def test_a_stopped_engine_loop_is_unfit_but_a_closing_service_is_not(tmp_path):
 
 
 def test_serve_health_check_fails_while_the_replica_is_unfit():
-    from types import SimpleNamespace
-
-    import pytest
-
     from pipedit.serve.deployment import PipeditServer
 
     reason = ["the rank group cannot be rebuilt: no room"]
