@@ -122,40 +122,50 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file
     assert (latents - reference).abs().max().item() <= 1e-4 * scale
 
 
+@pytest.fixture(scope="module")
+def adapters(checkpoint, tmp_path_factory):
+    from lora_files import write_wan_adapters
+
+    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+
+
+# Ulysses + DeDiVAE + Aco: the Aco helper computes attention from q/k/v it is sent and holds no
+# adapter; CFG parallel: each group runs its branch with the adapters (one rank: tests/lora).
+LORA_LAYOUTS = [["--ulysses", "2", "--decode-ranks", "1", "--aco", "on"], ["--cfg-parallel"]]
+
+
 @pytest.mark.slow
-def test_two_lora_adapters_under_ulysses_equal_diffusers(ray_session, checkpoint, tmp_path_factory, tmp_path):
+@pytest.mark.parametrize("flags", LORA_LAYOUTS, ids=lambda flags: " ".join(flags))
+def test_two_lora_adapters_on_parallel_layouts_equal_diffusers(ray_session, checkpoint, adapters, tmp_path, flags):
     """Two adapters (diffusers/PEFT form on proj_out among others, which the shard plan gathers;
     Wan's original form with diff_b) at scales 0.7 and 1.3, injected on each rank before the plan,
-    against WanPipeline.load_lora_weights + set_adapters on one device (tests/lora: one rank)."""
+    against WanPipeline.load_lora_weights + set_adapters on one device."""
     from diffusers import WanPipeline
 
-    from lora_files import with_adapters, write_wan_adapters
+    from lora_files import with_adapters
 
-    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
     pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, [0.7, 1.3])
     reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
                      num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
                      generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
-    latents = generated_latents(checkpoint, tmp_path, CASE, ["--ulysses", "2", "--guidance-scale", str(GUIDANCE),
+    latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE),
                                                              "--lora", f"{adapters[0]}:0.7", "--lora", f"{adapters[1]}:1.3"])
     scale = reference.abs().max().item()
     assert (latents - reference).abs().max().item() <= 1e-4 * scale
 
 
 @pytest.mark.slow
-def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_session, checkpoint, tmp_path_factory):
+def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_session, checkpoint, adapters):
     """Named adapters (model.loras) on Ulysses 2 + a decode rank: requests alternating A (both
     adapters), none, B, A, each against WanPipeline with that request's own adapters. Both denoise
     ranks take the set from the request they begin; the decode rank decodes request k while k+1
     denoises with another set."""
     from diffusers import WanPipeline
 
-    from lora_files import with_adapters, write_wan_adapters
+    from lora_files import with_adapters
     from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
     from pipedit.request import VideoRequest
     from pipedit.runtime.engine import Engine
-
-    adapters = write_wan_adapters(checkpoint, tmp_path_factory.mktemp("named"))
 
     def reference(chosen, scales):
         pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), chosen, scales)
