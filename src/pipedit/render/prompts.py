@@ -106,8 +106,9 @@ def _resolve(number: int, text: str, jsonl: bool, defaults: GenerationDefaults, 
         line.name = _name(number, given)
         line.settings = _settings(given, defaults, model)
         line.settings.update(_image(given, folder))
-        if loras is not None and line.settings.get("loras"):
-            line.settings["lora_files"] = loras.identities(loras.choose(line.settings["loras"]))
+        if loras is not None and line.settings.get("loras"):  # each at the scale it runs at, and its file
+            line.settings["loras"] = loras.choose(line.settings["loras"])
+            line.settings["lora_files"] = loras.identities(line.settings["loras"])
         if validate is not None:
             validate(line.settings)
     except UserInputError as error:
