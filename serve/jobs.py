@@ -224,6 +224,11 @@ class JobService:
         position = self.store.queue_position(record) if record.status == "queued" else None
         return to_video(record, self.model_name, position, retention=self.retention)
 
+    def adapters_of(self, job_id: str) -> list[str]:
+        """The names of the LoRA adapters the job chose (the metrics count requests by adapter)."""
+        record = self.store.get(job_id)
+        return [entry["name"] for entry in (record.params.get("loras") or [])] if record else []
+
     def _request_of(self, record: JobRecord) -> VideoRequest:
         """The engine request of a stored job (on every attempt, also after a restart: the
         input_reference image comes from the store)."""

@@ -108,6 +108,7 @@ def test_requests_alternating_adapters_get_the_videos_of_their_own_runs(ray_sess
         assert [r.status for r in replies] == [200] * 4, [r.body for r in replies]
         ids = [r.json()["id"] for r in replies]
         done = [wait_status(url, video_id, timeout=300) for video_id in ids]
+        assert [service.adapters_of(i) for i in ids] == [["style", "distill"], [], ["distill"], ["style", "distill"]]
         served = []
         for video_id in ids:
             (tmp_path / f"{video_id}.mp4").write_bytes(call("GET", f"{url}/v1/videos/{video_id}/content").body)
