@@ -73,8 +73,9 @@ class _Extras(BaseModel):
     input_reference: Optional[ImageInfo] = Field(None, description="The image the video starts from (image-to-video).")
     timings: dict[str, float] = Field(
         default_factory=dict, description="Seconds per phase; cfg_branches, the guidance branches run per step (2 with "
-                                          "classifier-free guidance, 1 without); with a step cache also cache_computed "
-                                          "and cache_skipped (transformer evaluations run and skipped).")
+                                          "classifier-free guidance, 1 without); with LoRA adapters lora_switch_s (activating "
+                                          "the request's set); with a step cache also cache_computed and "
+                                          "cache_skipped (transformer evaluations run and skipped).")
 
 
 def echoed_fields():
