@@ -24,7 +24,7 @@ from ..errors import InvalidRequestError
 from .inject import named_adapter, run_adapter
 from .spec import choose_loras
 
-_EXPERTS = ("transformer", "transformer_2")
+TRANSFORMERS = ("transformer", "transformer_2")  # the components adapters go into
 
 
 def resolve(model_config, request) -> tuple[tuple[str, float], ...]:
@@ -36,7 +36,7 @@ def resolve(model_config, request) -> tuple[tuple[str, float], ...]:
 
 class RankLoras:
     def __init__(self, components: dict, model_config, device: torch.device):
-        self.models = {t: components[t] for t in _EXPERTS
+        self.models = {t: components[t] for t in TRANSFORMERS
                        if t in components and getattr(components[t], "_hf_peft_config_loaded", False)}
         self.config = model_config
         self.offered = model_config.loras

@@ -14,6 +14,7 @@ from .. import faults
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
+from ..lora.slots import SlotLoras
 from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
@@ -31,6 +32,11 @@ class DenoiseWorker(RankWorker):
 
     def setup(self, model_path: str, rendezvous: str | None = None) -> None:
         self._join(model_path, rendezvous)
+        # Adapters are final before the shard plan's hooks and compile: under compile, named
+        # adapters switch through fixed slots (pipedit.lora.slots: no recompile at a switch).
+        switching = SlotLoras if self.config.model.compile and self.config.model.loras else RankLoras
+        self.loras = switching(self.adapter.components, self.config.model, self.device)
+        self.lora_switch_s = 0.0  # the current job's adapter activation (moves to the device included)
         if self.layout.cfg > 1:
             self.predict = CfgParallelPredictor(self.adapter, self.ctx)
         if self.layout.world_size > 1:
@@ -44,8 +50,6 @@ class DenoiseWorker(RankWorker):
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
         self.cache = WorkerCache(self.adapter, groups, on_skip)
-        self.loras = RankLoras(self.adapter.components, self.config.model, self.device)
-        self.lora_switch_s = 0.0  # the current job's adapter activation (moves to the device included)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
