@@ -19,7 +19,7 @@ from .downloads import video_response
 from .events import event_stream
 from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
                           is_loopback, unreadable_form)
-from . import idempotency, reference
+from . import idempotency, lora_form, reference
 from .headers import SecurityHeaders, add_docs
 from .jobs import JobService
 from .params import bad_text
@@ -188,7 +188,10 @@ async def _form(request: Request, max_part_bytes: int) -> tuple[dict, bytes | No
         raise unreadable_form(error.message) from None
     try:
         files = {key: value for key, value in form.multi_items() if not isinstance(value, str)}
-        fields = {key: value for key, value in form.multi_items() if isinstance(value, str)}
+        fields = {key: value for key, value in form.multi_items()
+                  if isinstance(value, str) and key not in lora_form.FORM_KEYS}
+        if (loras := lora_form.from_form(form)) is not None:
+            fields[lora_form.PARAM] = loras
         others = [key for key in files if key != reference.PARAM]
         if others:  # silently dropping a file would mislead
             raise ApiError(400, f"file uploads other than {reference.PARAM} ({', '.join(others)}) are not taken",

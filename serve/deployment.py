@@ -104,7 +104,8 @@ class PipeditServer:
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
                                     limits=limits_for(config), owner=_replica_owner())
         # The queue is the shared store's (the engine holds at most one waiting job per replica).
-        self.service.engine.add_listener(EngineMetrics(lambda: self.service.store.count("queued")))
+        self.service.engine.add_listener(EngineMetrics(lambda: self.service.store.count("queued"),
+                                                       adapters_of=self.service.adapters_of))
 
     def __serve_build_asgi_app__(self):
         from .api import build_app

@@ -25,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from pipedit.config import GenerationDefaults, ServeConfig
+from pipedit.lora.spec import NO_LORAS, LoraOffer
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine_loop import EngineLoop
 
@@ -52,14 +53,14 @@ class JobService:
                  defaults: GenerationDefaults = GenerationDefaults(), limits: ServiceLimits = ServiceLimits(),
                  validate: ShapeValidator | None = None, *, lease_s: float = DEFAULT_LEASE_S,
                  replicas: int = 1, owner: str | None = None, max_attempts: int = ServeConfig.max_attempts,
-                 retention: float = ServeConfig.retention):
+                 retention: float = ServeConfig.retention, loras: LoraOffer = NO_LORAS):
         """`engine` must be built without on_outcome: the service takes outcomes with engine.wait.
         `validate(VideoShape, steps)` is the model's own check (see pipedit.adapter.shape_validator).
         `lease_s`: a job whose owner has not renewed it for this long goes back to the queue.
         `max_attempts`: runs of one job before it fails. `retention`: seconds a finished job and
-        its video are kept (0: forever)."""
+        its video are kept (0: forever). `loras`: the adapters requests may choose by name."""
         self.engine, self.store, self.model_name = engine, store, model_name
-        self.defaults, self.limits, self._validate = defaults, limits, validate
+        self.defaults, self.limits, self._validate, self.loras = defaults, limits, validate, loras
         self.lease_s, self.owner = lease_s, owner or new_owner_id()
         self.max_attempts, self.retention = max(1, int(max_attempts)), float(retention)
         self.admission = Admission(store, limits, replicas)
@@ -83,7 +84,7 @@ class JobService:
         `image`: the input_reference's encoded bytes (image-to-video), stored with the job.
         `job_id`, `request_digest`: an idempotent create's (see idempotency.py); the store refuses
         a second row with that id (sqlalchemy IntegrityError)."""
-        settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image)
+        settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image, self.loras)
         if not self.healthy():
             raise ApiError(503, "the server is shutting down; retry when /healthz is ok", type="server_error",
                            code="engine_unavailable")
@@ -158,7 +159,7 @@ class JobService:
     def options(self) -> dict:
         """What a create request may ask for: the model, its defaults and the allowed values."""
         model = getattr(self._validate, "__self__", None)  # the adapter, when validate is its method
-        return create_options(self.model_name, model, self.defaults, self.limits)
+        return create_options(self.model_name, model, self.defaults, self.limits, self.loras)
 
     def healthy(self) -> bool:
         """Whether the engine can take work (not while the service stops)."""
@@ -234,6 +235,11 @@ class JobService:
         record = self._as_it_is(record)
         position = self.store.queue_position(record) if record.status == "queued" else None
         return to_video(record, self.model_name, position, retention=self.retention)
+
+    def adapters_of(self, job_id: str) -> list[str]:
+        """The names of the LoRA adapters the job chose (the metrics count requests by adapter)."""
+        record = self.store.get(job_id)
+        return [entry["name"] for entry in (record.params.get("loras") or [])] if record else []
 
     def _request_of(self, record: JobRecord) -> VideoRequest:
         """The engine request of a stored job (on every attempt, also after a restart: the

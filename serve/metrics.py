@@ -1,8 +1,8 @@
 """Prometheus metrics of the engine, exported through Ray Serve's metrics endpoint.
 
 Fed by the engine loop's events (their wall-clock `at`), so they measure what the engine did:
-requests by final status, queue length, seconds per denoising step, per decode, and end to end
-(queued to final status).
+requests by final status (and by LoRA adapter), queue length, seconds per denoising step, per
+decode, and end to end (queued to final status).
 """
 
 from __future__ import annotations
@@ -23,10 +23,14 @@ def ray_backend():
 class EngineMetrics:
     """An engine-core listener (`core.add_listener(EngineMetrics(core.queue_length_fn))`)."""
 
-    def __init__(self, queue_length, backend=None):
+    def __init__(self, queue_length, backend=None, adapters_of=None):
+        """`adapters_of(request id)`: the names of the LoRA adapters the request chose (none: no
+        per-adapter counts)."""
         m = backend or ray_backend()
-        self._queue_length = queue_length
+        self._queue_length, self._adapters_of = queue_length, adapters_of
         self.requests = m.Counter("pipedit_requests", description="requests by final status", tag_keys=("status",))
+        self.lora_requests = m.Counter("pipedit_lora_requests", description="requests that chose a LoRA adapter, "
+                                       "by adapter and final status", tag_keys=("lora", "status"))
         self.queue = m.Gauge("pipedit_queue_length", description="requests waiting for the denoise ranks")
         self.step = m.Histogram("pipedit_step_seconds", description="seconds per denoising step",
                                 boundaries=_LATENCY_BOUNDARIES)
@@ -57,6 +61,8 @@ class EngineMetrics:
         if not status.final:
             return
         self.requests.inc(tags={"status": status.value})
+        for name in self._adapters_of(rid) if self._adapters_of else ():
+            self.lora_requests.inc(tags={"lora": name, "status": status.value})
         if status is RequestStatus.DONE and rid in self._decode_at:
             self.decode.observe(event.at - self._decode_at[rid])
         if rid in self._queued_at:

@@ -7,17 +7,21 @@ from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
 from pipedit.fields import FIELDS, GenerationField
 from pipedit.images import IMAGE_FORMATS
+from pipedit.lora.spec import NO_LORAS, LoraOffer
 
 from .params import ServiceLimits
 
-_TYPES = {int: "integer", float: "number", str: "string", bytes: "file"}
+_TYPES = {int: "integer", float: "number", str: "string", bytes: "file", list: "array"}
 
 
-def create_options(model_name: str, model, defaults: GenerationDefaults, limits: ServiceLimits) -> dict:
-    """`model`: the served adapter built from its configs (None: nothing model-specific known)."""
+def create_options(model_name: str, model, defaults: GenerationDefaults, limits: ServiceLimits,
+                   loras: LoraOffer = NO_LORAS) -> dict:
+    """`model`: the served adapter built from its configs (None: nothing model-specific known);
+    `loras`: the adapters requests may choose by name."""
     capabilities = getattr(model, "capabilities", Capabilities())
     offered = [spec for spec in FIELDS.values()
-               if spec.form and (spec.capability is None or getattr(capabilities, spec.capability))]
+               if spec.form and (spec.capability is None or getattr(capabilities, spec.capability))
+               and (spec.name != "loras" or loras.named)]
     return {
         "model": model_name,
         # What a request that leaves a field out runs with (the fields that always have a value).
@@ -40,6 +44,9 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
         "needs_image": capabilities.needs_image,
         "takes_guidance_scale_2": capabilities.guidance_scale_2,
         "takes_flow_shift": capabilities.flow_shift,
+        # The adapters a request may name in `loras`, each with the scale it runs at when left out.
+        "loras": [{"name": name, "scale": spec.scale} for name, spec in loras.named],
+        "max_loras": loras.most,
         "image_formats": list(IMAGE_FORMATS.values()),
         "max_image_pixels": limits.max_image_pixels,
         "max_upload_bytes": limits.max_upload_bytes,

@@ -14,6 +14,7 @@ from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
 from pipedit.errors import UserInputError
 from pipedit.fields import FIELDS, GenerationField, api_fields, request_fields
+from pipedit.lora.spec import NO_LORAS, LoraOffer
 
 from .errors import ApiError, invalid
 from .reference import check_image
@@ -78,10 +79,11 @@ def request_values(params: dict) -> dict:
 
 
 def resolve(params, model_name: str, defaults: GenerationDefaults, limits: ServiceLimits,
-            validate: ShapeValidator | None = None, image: bytes | None = None) -> JobSettings:
+            validate: ShapeValidator | None = None, image: bytes | None = None,
+            loras: LoraOffer = NO_LORAS) -> JobSettings:
     """`params`: a VideoCreateParams; `image`: the input_reference's bytes, when the request has
-    one. Each generation field is checked as every interface checks it (pipedit.fields), bounded
-    by the server's limit where it has one."""
+    one; `loras`: the adapters the server offers by name. Each generation field is checked as
+    every interface checks it (pipedit.fields), bounded by the server's limit where it has one."""
     given = params.given()
     _check_text(given)
     _check_model(given.get("model"), model_name)
@@ -95,6 +97,7 @@ def resolve(params, model_name: str, defaults: GenerationDefaults, limits: Servi
     values["num_frames"], seconds = _frames(given, values["fps"], defaults, limits)
     values["negative_prompt"] = _check_inputs(adapter, dict(values, image=image), limits)
     values["cache"] = _cache(values["cache"], adapter)
+    values["loras"] = _loras(values["loras"], loras)
     _check_cost(values["width"], values["height"], values["num_frames"], values["steps"], limits)
     _check_shape(validate, VideoShape(values["height"], values["width"], values["num_frames"]), values["steps"])
     stored = {stored_name(spec): values[spec.name] for spec in FIELDS.values() if spec.name in values}
@@ -151,6 +154,17 @@ def _cache(value: str | None, adapter) -> str:
         return str(spec)
     except UserInputError as error:
         raise invalid(str(error), "cache") from None
+
+
+def _loras(chosen, offer: LoraOffer) -> list[dict]:
+    """The request's adapters as stored and echoed, each with the scale it runs at (a name's
+    default where the request gives none); 400 `lora_not_found` naming the offered ones."""
+    try:
+        resolved = offer.choose(chosen)
+    except UserInputError as error:
+        unknown = any(name not in offer.names for name, _ in chosen or ())
+        raise invalid(str(error), "loras", "lora_not_found" if unknown else "invalid_value") from None
+    return FIELDS["loras"].to_api(resolved)
 
 
 def _check_text(given: dict) -> None:

@@ -8,7 +8,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from pipedit.fields import FIELDS, api_fields
+from pipedit.fields import FIELDS, GenerationField, api_fields
 
 VideoStatus = Literal["queued", "in_progress", "completed", "failed", "cancelled"]
 FINAL_STATUSES = frozenset({"completed", "failed", "cancelled"})
@@ -32,11 +32,16 @@ _API_ONLY = {
 }
 
 
+def annotation(spec: GenerationField):
+    """The field's type in the API: its kind, or a list of its items."""
+    return list[spec.item] if spec.kind is list else spec.kind
+
+
 def create_params_model() -> type[_CreateParams]:
     """POST /v1/videos's body: the prompt, the API-only fields and every generation field the API
     takes under its own name (pipedit.fields.api_fields). Fields left out take the server's
     defaults (see `given`)."""
-    generation = {spec.api: (Optional[spec.kind], Field(None, description=spec.description))
+    generation = {spec.api: (Optional[annotation(spec)], Field(None, description=spec.description))
                   for spec in api_fields() if spec.name != "prompt"}
     prompt = FIELDS["prompt"]
     return create_model("VideoCreateParams", __base__=_CreateParams,
@@ -68,8 +73,9 @@ class _Extras(BaseModel):
     input_reference: Optional[ImageInfo] = Field(None, description="The image the video starts from (image-to-video).")
     timings: dict[str, float] = Field(
         default_factory=dict, description="Seconds per phase; cfg_branches, the guidance branches run per step (2 with "
-                                          "classifier-free guidance, 1 without); with a step cache also cache_computed "
-                                          "and cache_skipped (transformer evaluations run and skipped).")
+                                          "classifier-free guidance, 1 without); with LoRA adapters lora_switch_s (activating "
+                                          "the request's set); with a step cache also cache_computed and "
+                                          "cache_skipped (transformer evaluations run and skipped).")
 
 
 def echoed_fields():
@@ -81,8 +87,8 @@ def echoed_fields():
 def extras_model() -> type[_Extras]:
     """A Video's `pipedit` object: progress, and the settings the job runs with (null: the
     model's default, for the fields that have one)."""
-    echoed = {spec.api: (Optional[spec.kind], Field(None, description=spec.description)) if spec.nullable
-              else (spec.kind, Field(description=spec.description)) for spec in echoed_fields()}
+    echoed = {spec.api: (Optional[annotation(spec)], Field(None, description=spec.description)) if spec.nullable
+              else (annotation(spec), Field(description=spec.description)) for spec in echoed_fields()}
     return create_model("PipeditExtras", __base__=_Extras, **echoed)
 
 

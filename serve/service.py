@@ -8,6 +8,7 @@ from pathlib import Path
 
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig
+from pipedit.lora.spec import LoraOffer
 from pipedit.runtime.engine import resolve_model_path
 from pipedit.runtime.engine_loop import EngineLoop
 
@@ -48,6 +49,6 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
                          limits, validate=shape_validator(model_path, config.model.name), lease_s=config.serve.job_lease_s,
                          replicas=config.serve.num_replicas, owner=owner, max_attempts=config.serve.max_attempts,
-                         retention=config.serve.retention)
+                         retention=config.serve.retention, loras=LoraOffer.of(config.model))
     service.recover()
     return service

@@ -12,6 +12,7 @@ from pipedit.cli import build_parser
 from pipedit.config import GenerationDefaults
 from pipedit.errors import UserInputError
 from pipedit.fields import FIELDS, GenerationField, api_fields
+from pipedit.lora.spec import LoraOffer, LoraSpec
 from pipedit.render.prompts import line_keys, read_lines
 from pipedit.request import VideoRequest
 from pipedit.serve import reference
@@ -21,6 +22,7 @@ from pipedit.serve.params import ServiceLimits, resolve
 from pipedit.serve.schemas import create_params_model, extras_model
 
 EVERYTHING = Capabilities(negative_prompt=True, image=True, guidance_scale_2=True, flow_shift=True)
+ONE_ADAPTER = LoraOffer((("style", LoraSpec("style.safetensors", 0.8)),), 2)  # the form offers loras then
 
 
 class _Model:
@@ -41,7 +43,8 @@ def _api_schema() -> set[str]:
 def test_every_field_reaches_every_interface():
     schema, echoed, keys = _api_schema(), set(extras_model().model_fields), set(line_keys())
     generate, render = _flags("generate"), _flags("render")
-    offered = {f["name"] for f in create_options("m", _Model(), GenerationDefaults(), ServiceLimits())["fields"]}
+    offered = {f["name"] for f in create_options("m", _Model(), GenerationDefaults(), ServiceLimits(),
+                                                 ONE_ADAPTER)["fields"]}
     for spec in FIELDS.values():
         assert spec.api in schema or spec.api == reference.PARAM, spec.name  # the image: the input_reference upload
         assert spec.name in keys, spec.name

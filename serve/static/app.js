@@ -79,6 +79,33 @@ function fillForm(opts) {
   $("image-hint").textContent = `${(opts.image_formats || []).join(", ")}; up to ` +
     `${(opts.max_image_pixels || 0).toLocaleString("en")} pixels` + (opts.needs_image ? "; required" : "; optional");
   $("more-fields").replaceChildren(...moreFields(opts).map(fieldInput));
+  const adapters = opts.loras || [];
+  $("loras-field").hidden = !adapters.length;
+  $("loras").replaceChildren(...adapters.map(loraPick));
+}
+
+// One offered LoRA adapter: a checkbox to run with it, and its scale (the server's default first).
+function loraPick(adapter, index) {
+  const box = document.createElement("div");
+  box.className = "field lora";
+  const label = document.createElement("label");
+  const use = Object.assign(document.createElement("input"), { type: "checkbox", id: `lora-${index}` });
+  use.dataset.name = adapter.name;
+  label.append(use, ` ${adapter.name}`);
+  const scale = Object.assign(document.createElement("input"), {
+    type: "number", step: "any", value: adapter.scale, id: `lora-${index}-scale`, title: `Scale of ${adapter.name}`,
+  });
+  box.append(label, scale);
+  return box;
+}
+
+// The adapters ticked, as the create's `loras` (none: left out, the request runs without).
+function chosenLoras() {
+  const chosen = [];
+  for (const use of $("loras").querySelectorAll("input[type=checkbox]")) {
+    if (use.checked) chosen.push({ name: use.dataset.name, scale: Number($(`${use.id}-scale`).value) });
+  }
+  return chosen;
 }
 
 // Generation fields without a hand-made input above (guidance, fps, step cache, ...): one input
@@ -173,6 +200,8 @@ async function submit(event) {
     ...moreValues(options),
   };
   if (!$("negative-field").hidden && $("negative_prompt").value.trim()) body.negative_prompt = $("negative_prompt").value;
+  const loras = chosenLoras();
+  if (loras.length) body.loras = loras;
   const image = chosenImage();
   $("generate").disabled = true;
   try {
@@ -189,7 +218,10 @@ async function submit(event) {
 // The create as multipart/form-data, as OpenAI's SDK sends an input_reference file.
 function asForm(body, image) {
   const form = new FormData();
-  for (const [name, value] of Object.entries(body)) form.append(name, String(value));
+  // A list (loras) goes as one JSON field, which the server reads as the JSON body's list.
+  for (const [name, value] of Object.entries(body)) {
+    form.append(name, typeof value === "object" ? JSON.stringify(value) : String(value));
+  }
   form.append("input_reference", image, image.name);
   return form;
 }

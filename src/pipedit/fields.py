@@ -16,6 +16,8 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from typing_extensions import Required, TypedDict  # pydantic reads typing's TypedDict only from Python 3.12
+
 from .errors import UserInputError
 
 
@@ -25,10 +27,28 @@ def _canonical_cache(value: Any) -> str:
     return str(parse_cache(value))
 
 
+def _canonical_loras(value: Any) -> tuple:
+    from .lora.spec import request_loras
+
+    return request_loras(value)
+
+
+def _api_loras(value: tuple) -> list[dict]:
+    return [dict(name=name, **({} if scale is None else {"scale": scale})) for name, scale in value]
+
+
+class LoraChoice(TypedDict, total=False):
+    """One entry of a request's `loras`: a named adapter the server offers (model.loras), and its
+    scale (left out: the name's default)."""
+
+    name: Required[str]
+    scale: float
+
+
 @dataclass(frozen=True)
 class GenerationField:
     name: str  # VideoRequest attribute, config `generation.<name>`, render JSONL key
-    kind: type  # int, float, str, or bytes (the image)
+    kind: type  # int, float, str, bytes (the image), or list (of `item`, checked by `canonical`)
     default: Any  # the config's default (None: the model's own, or the field it falls back to)
     description: str  # the API's description and the CLI's help
     low: float | None = None  # lower bound of a number, inclusive unless low_open
@@ -54,6 +74,11 @@ class GenerationField:
     nonempty: bool = False  # a string with more than blanks
     refusal: str = ""  # with `capability`: the refusal of a model without it ({family}: the model's)
     hint: str = ""  # said after what is allowed, in every refusal
+    item: Any = None  # a list's entries, as the API's schema declares them
+    api_form: Callable[[Any], Any] | None = None  # a canonical value as the API's JSON carries it
+
+    def to_api(self, value: Any) -> Any:
+        return value if self.api_form is None or value is None else self.api_form(value)
 
     @property
     def api(self) -> str:
@@ -77,7 +102,7 @@ class GenerationField:
         if self.kind is str:
             if not isinstance(value, str) or (self.nonempty and not value.strip()):
                 raise error(f"{name} must be a {'non-empty ' if self.nonempty else ''}string{self.hint}, got {value!r}")
-        else:
+        elif self.kind is not list:  # a list's `canonical` checks it
             value = self._number(value, name, self.upper_bound(limits), error)
         if self.canonical is None:
             return value
@@ -168,6 +193,14 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                     hint=" (png, jpeg or webp)", label="Start image",
                     refusal="{family} with this checkpoint takes no image (it is text-to-video); image-to-video "
                             "needs " + IMAGE_MODELS),
+    # The server's named LoRA adapters (model.loras) a request runs with, in its canonical form
+    # ((name, scale or None: the name's default), ...). Only a server knows which names it offers:
+    # serve.params and the render line check checks them (pipedit.lora.spec.request_loras).
+    GenerationField("loras", list, None, "LoRA adapters this request runs with: [{\"name\": NAME, \"scale\": S}, "
+                    "...], NAME one the server offers (GET /v1/pipedit/options), S its scale (left out: the "
+                    "server's default for NAME). Left out: none.", nullable=True, absent=(None, ()),
+                    in_config=False, cli=False, canonical=_canonical_loras, item=LoraChoice, api_form=_api_loras,
+                    label="LoRA adapters"),
 )}
 
 

@@ -33,17 +33,14 @@ class VideoRequest:
     guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
     flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
     # The server's named LoRA adapters (model.loras) this request runs with: ((name, scale or None:
-    # the name's default), ...); given as [{"name": NAME, "scale": S}, ...] too. Names are checked
-    # against the offered ones by the ranks (pipedit.lora.switch).
-    loras: tuple = ()
+    # the name's default), ...); given as [{"name": NAME, "scale": S}, ...] too. The ranks check
+    # the names against the offered ones again (pipedit.lora.switch).
+    loras: tuple | None = ()
 
     def __post_init__(self):
-        from .lora.spec import request_loras
-
         for spec in request_fields():
             value = spec.check(getattr(self, spec.name), error=InvalidRequestError)
             object.__setattr__(self, spec.name, value)
-        object.__setattr__(self, "loras", request_loras(self.loras, error=InvalidRequestError))
 
     def field_values(self) -> dict:
         """The generation fields this request carries (pipedit.fields), by name."""

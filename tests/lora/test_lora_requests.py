@@ -1,16 +1,13 @@
-"""Named adapters (model.loras) chosen per request (VideoRequest.loras) on one engine: each request
-gets the latents of diffusers' pipeline with its own adapters, whatever ran before it (a switch
-leaks nothing), unknown names are refused naming the offered ones, and the device keeps at most
-model.max_gpu_loras adapters (least recently used back to host).
-
-Tolerance as tests/lora/test_lora_wan.py: the same fp32 modules on the same CPU; pipedit batches the
-guidance branches in one forward where WanPipeline runs two: 1e-4 relative on the final latents.
-"""
+"""Named adapters (model.loras) chosen per request (VideoRequest.loras) on one engine: unknown names
+are refused naming the offered ones, and the device keeps at most model.max_gpu_loras adapters
+(least recently used back to host). That each request gets diffusers' latents with its own
+adapters across switches: tests/runtime/test_wan_parallel_e2e.py (Ulysses 2 + a decode rank); that
+a served sequence gets the videos of one-shot runs: tests/serve/test_lora_service.py."""
 
 import pytest
 import torch
 
-from lora_files import with_adapters, write_wan_adapters
+from lora_files import write_wan_adapters
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.request import VideoRequest
@@ -33,39 +30,9 @@ def adapters(checkpoint, tmp_path_factory):
     return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
 
 
-def _reference(checkpoint, adapters=(), scales=()):
-    from diffusers import WanPipeline
-
-    pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, scales)
-    return pipe(prompt=PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, num_inference_steps=STEPS,
-                guidance_scale=GUIDANCE, output_type="latent",
-                generator=torch.Generator("cpu").manual_seed(SEED)).frames
-
-
 def _request(*loras):
     return VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, seed=SEED,
                         guidance_scale=GUIDANCE, loras=loras)
-
-
-def _relative(ours, reference):
-    return ((ours - reference).abs().max() / reference.abs().max()).item()
-
-
-@pytest.mark.slow
-def test_each_request_gets_its_own_adapters_across_switches(checkpoint, adapters):
-    """A (both adapters, one at its configured default scale), none, B (one adapter), A again."""
-    both = _reference(checkpoint, adapters, [0.7, 1.3])
-    plain = _reference(checkpoint)
-    distill = _reference(checkpoint, adapters[1:], [0.6])
-    loras = {"style": {"path": str(adapters[0]), "scale": 0.7}, "distill": str(adapters[1])}
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras=loras, max_gpu_loras=2))
-    a = {"name": "style"}, {"name": "distill", "scale": 1.3}
-    with Engine(config) as engine:
-        results = list(engine.generate_many([_request(*a), _request(), _request(("distill", 0.6)), _request(*a)]))
-    assert [r.latents.shape for r in results] == [both.shape] * 4
-    for result, reference in zip(results, [both, plain, distill, both]):
-        assert _relative(result.latents, reference) <= 1e-4
-    assert _relative(plain, both) > 1e-2 and _relative(distill, both) > 1e-2
 
 
 def test_unknown_names_and_bad_scales_are_refused(checkpoint, adapters):
@@ -98,5 +65,5 @@ def test_least_recently_used_adapters_leave_the_device_first(checkpoint, adapter
     assert list(switch.on_device) == ["b", "a"]
     switch.activate(_request({"name": "b"}, {"name": "a"}))  # the same set: no switch
     assert switch.switches == 2
-    with pytest.raises(InvalidRequestError, match="more than model.max_gpu_loras"):
+    with pytest.raises(InvalidRequestError, match=r"model.max_gpu_loras = 2"):
         switch.activate(_request({"name": "a"}, {"name": "b"}, {"name": "c"}))

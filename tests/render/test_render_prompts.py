@@ -90,3 +90,27 @@ def test_key_changes_with_every_setting_and_the_model(tmp_path):
 def test_missing_file_is_a_user_error(tmp_path):
     with pytest.raises(UserInputError, match="does not exist"):
         read_lines(tmp_path / "none.jsonl", DEFAULTS, "m")
+
+
+def test_a_lines_adapters_key_it_by_their_files_and_scales_and_go_to_a_server_as_the_api_takes_them(tmp_path):
+    from pipedit.lora.spec import LoraOffer, LoraSpec
+    from pipedit.render.remote import create_body
+
+    base = {"prompt": "a", "size": "64x64"}
+    variants = [base, dict(base, loras=[]), dict(base, loras=[{"name": "style"}]),
+                dict(base, loras=[{"name": "style", "scale": 0.7}]), dict(base, loras=[{"name": "style", "scale": 0.5}]),
+                dict(base, loras=[{"name": "nope"}])]
+    prompts = write_jsonl(tmp_path / "p.jsonl", variants)
+    offer = LoraOffer((("style", LoraSpec(str(tmp_path / "style.safetensors"), 0.7)),), 2)
+    plain, empty, default, explicit, half, unknown = read_lines(prompts, DEFAULTS, "m", loras=offer)
+    assert empty.key == plain.key  # no adapters: the key lines had before the field existed
+    assert default.key == explicit.key  # the name's default scale is the scale it runs at
+    assert len({plain.key, default.key, half.key}) == 3
+    assert unknown.error == "loras: 'nope' is not an adapter this server offers; offered: style"
+    moved = LoraOffer((("style", LoraSpec(str(tmp_path / "other.safetensors"), 0.7)),), 2)
+    assert read_lines(prompts, DEFAULTS, "m", loras=moved)[2].key != default.key  # another file under the name
+    # An endpoint render: the server resolves the names; the line goes as the API's list.
+    remote = read_lines(prompts, DEFAULTS, "m")
+    assert create_body(remote[2])["loras"] == [{"name": "style"}]
+    assert create_body(remote[4])["loras"] == [{"name": "style", "scale": 0.5}]
+    assert "loras" not in create_body(remote[1]) and remote[5].error is None

@@ -23,7 +23,8 @@ class _Backend:
 
 
 def test_latencies_come_from_event_times():
-    metrics = EngineMetrics(queue_length=lambda: 3, backend=_Backend)
+    adapters = {"a": ["style", "ink"], "b": []}
+    metrics = EngineMetrics(queue_length=lambda: 3, backend=_Backend, adapters_of=adapters.get)
     events = [(S.QUEUED, 0, 10.0), (S.ENCODING, 0, 10.5), (S.DENOISING, 0, 11.0), (S.DENOISING, 1, 11.25),
               (S.DENOISING, 2, 11.75), (S.DECODING, 0, 11.8), (S.DONE, 0, 13.8)]
     for status, step, at in events:
@@ -35,3 +36,4 @@ def test_latencies_come_from_event_times():
     assert metrics.latency.values == [3.8, 1.5]
     assert metrics.requests.values == [(1, {"status": "done"}), (1, {"status": "cancelled"})]
     assert metrics.queue.values[-1] == 3
+    assert metrics.lora_requests.values == [(1, {"lora": "style", "status": "done"}), (1, {"lora": "ink", "status": "done"})]

@@ -23,3 +23,4 @@ def test_sdk_creates_polls_downloads_lists_and_deletes(server, sdk, tmp_path):
     assert seen["missing"] == {"status": 404, "code": "video_not_found"}
     assert seen["deleted"] == {"id": ids[-1], "object": "video.deleted", "deleted": True}
     assert seen["oversized"] == {"status": 413, "code": "body_too_large"}
+    assert seen["adapter"] == {"status": 400, "code": "lora_not_found", "param": "loras"}

@@ -23,6 +23,7 @@ def test_generate_watch_play_then_cancel_and_reload(server, browser, tmp_path):
     # model takes them: HunyuanVideo has no second expert, so no guidance_scale_2.
     assert all(browser.find_element("id", name).is_displayed() for name in ("guidance_scale", "fps", "cache"))
     assert not browser.find_elements("id", "guidance_scale_2")
+    assert not browser.find_element("id", "loras-field").is_displayed()  # this server offers no adapters
     guidance = browser.find_element("id", "guidance_scale")
     assert guidance.get_attribute("value") == "6"
     guidance.clear()
@@ -140,6 +141,34 @@ def test_the_page_reopens_an_event_stream_at_its_lifetime_instead_of_polling(bro
         events = f"{url}/v1/videos/{video_id}/events"
         wait(browser, lambda d: d.execute_script(entries).count(events) >= 3, 20, "three streams, one after another")
         assert f"{url}/v1/videos/{video_id}" not in browser.execute_script(entries)  # never polled
+    finally:
+        stop()
+        service.close()
+
+
+def test_the_adapter_picker_sends_the_ticked_adapters_at_their_scales(browser, tmp_path):
+    from pipedit.config import GenerationDefaults
+    from pipedit.lora.spec import LoraOffer, LoraSpec
+    from pipedit.serve.api import build_app
+    from pipedit.serve.jobs import JobService
+    from pipedit.serve.store import JobStore
+    from serve_helpers import IdleEngine, serve_in_thread
+
+    offer = LoraOffer((("style", LoraSpec("style.safetensors", 0.7)), ("ink", LoraSpec("ink.safetensors"))), 2)
+    service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",  # jobs stay queued
+                         GenerationDefaults(height=64, width=64, num_frames=5, steps=2), loras=offer)
+    url, stop = serve_in_thread(build_app(service))
+    try:
+        open_page(browser, url)
+        assert browser.find_element("id", "loras-field").is_displayed()
+        assert browser.find_element("id", "lora-0-scale").get_attribute("value") == "0.7"  # the name's default
+        browser.find_element("id", "lora-1").click()  # ink, at 0.25 instead of its default 1
+        scale = browser.find_element("id", "lora-1-scale")
+        scale.clear()
+        scale.send_keys("0.25")
+        generate(browser, "ink wash mountains", 64, 64, 5, 2, 0)
+        video_id = job_item(browser, "ink wash mountains").get_attribute("data-id")
+        assert call("GET", f"{url}/v1/videos/{video_id}").json()["pipedit"]["loras"] == [{"name": "ink", "scale": 0.25}]
     finally:
         stop()
         service.close()

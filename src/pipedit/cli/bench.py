@@ -1,4 +1,4 @@
-"""`pipedit bench sp|pipeline|handoff|vae|latency|load|cache`: the benchmarks of pipedit.bench.
+"""`pipedit bench sp|pipeline|handoff|vae|latency|load|cache|lora`: the benchmarks of pipedit.bench.
 
 Omitted shape flags take the config's generation defaults where a benchmark says so."""
 
@@ -10,13 +10,13 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
-                    add_pipeline_flags, base_config, lora_overrides, pipeline_overrides)
+                    add_pipeline_flags, base_config, lora, lora_overrides, pipeline_overrides)
 
 
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
-    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache):
+    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache, _add_lora):
         add(kinds)
     for name, kind in kinds.choices.items():
         if name != "load":  # load talks HTTP to a server
@@ -336,4 +336,41 @@ def _run_cache(args) -> int:
     report = bench_cache(config, settings, out)
     print(markdown(report), end="")
     print(f"wrote {out / 'cache.json'}, {out / 'cache.md'}")
+    return 0
+
+
+# -- lora ---------------------------------------------------------------------------------------
+def _add_lora(kinds) -> None:
+    from ..families import family_names
+
+    p = kinds.add_parser("lora", help="LoRA adapters: seconds per step with 0, 1 and 2 unfused adapters and fused, "
+                                      "and the switch between requests' adapters (JSON, Markdown)")
+    p.add_argument("--config", help="YAML engine config (device, dtype, layout); flags override it")
+    p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model of --model)")
+    p.add_argument("--model", choices=family_names(), help="model family (default: found from --model-path)")
+    p.add_argument("--lora", type=lora, action="append",
+                   help="an adapter file to time (at most two; default: adapters written with random weights)")
+    p.add_argument("--rank", type=int, default=32, help="rank of the random adapters (default 32)")
+    p.add_argument("--height", type=int, default=96)
+    p.add_argument("--width", type=int, default=96)
+    p.add_argument("--num-frames", type=int, default=9)
+    p.add_argument("--steps", type=int, default=4, help="denoising steps per request (default 4)")
+    p.add_argument("--repeats", type=int, default=3, help="timed runs per mode (median reported; default 3)")
+    p.add_argument("--out", help="output folder (default: outputs/bench-lora-<UTC time>)")
+    p.set_defaults(run=_run_lora)
+
+
+def _run_lora(args) -> int:
+    from ..bench.lora import LoraBenchSettings, bench_lora, markdown
+
+    _at_least_one(args, "rank", "steps", "repeats", "height", "width", "num_frames")
+    if args.lora and len(args.lora) > 2:
+        raise UserInputError(f"bench lora times at most two adapters, got {len(args.lora)} --lora files")
+    config = base_config(args).with_overrides("model", path=args.model_path, name=args.model,
+                                              lora=tuple(args.lora) if args.lora else ())
+    settings = LoraBenchSettings(args.height, args.width, args.num_frames, args.steps, args.repeats, args.rank)
+    out = Path(args.out or f"outputs/bench-lora-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
+    report = bench_lora(config, settings, out)
+    print(markdown(report), end="")
+    print(f"wrote {out / 'lora.json'}, {out / 'lora.md'}")
     return 0

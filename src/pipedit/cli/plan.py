@@ -32,6 +32,13 @@ def add_parser(sub) -> None:
                    help="hardware profile; 'this': this machine, measured once (CPU ranks) and cached")
     p.add_argument("--interconnect", choices=INTERCONNECTS,
                    help="GPU links (default: nvlink where the GPU has it, else pcie)")
+    p.add_argument("--guidance-scale", type=float,
+                   help="the requests' guidance: at or below 1 no classifier-free guidance, one forward per step "
+                        "(few-step distilled models); default: the model's guidance (two branches for Wan, OpenSoraPlan)")
+    p.add_argument("--lora-rank", type=int, default=0,
+                   help="unfused LoRA adapters of this rank on each denoise GPU (memory; default 0: none)")
+    p.add_argument("--loras", type=int, default=1,
+                   help="with --lora-rank: adapters kept on each denoise GPU (model.max_gpu_loras; default 1)")
     p.add_argument("--height", type=int, default=544)
     p.add_argument("--width", type=int, default=960)
     p.add_argument("--frames", type=int, default=129)
@@ -79,6 +86,32 @@ def _model(args):
                              f"got {args.height}x{args.width}")
     if args.idle_expert and model.experts < 2:
         raise UserInputError(f"--idle-expert applies to two-expert models (wan-a14b); {model.name} has one")
+    return _with_requests(args, model)
+
+
+def _guidance_applies(scale: float) -> bool:
+    from ..guidance import guidance_applies  # imports torch: only when a scale is given
+
+    return guidance_applies(scale)
+
+
+def _with_requests(args, model):
+    """What the requests add to the model: one forward per step at guidance <= 1, and the unfused
+    LoRA adapters each denoise GPU holds."""
+    from dataclasses import replace
+
+    from ..errors import UserInputError
+    from ..planner.memory import adapter_bytes
+
+    if args.guidance_scale is not None and args.guidance_scale < 0:
+        raise UserInputError(f"--guidance-scale must be >= 0, got {args.guidance_scale}")
+    if args.lora_rank < 0 or args.loras < 1:
+        raise UserInputError(f"--lora-rank must be 0 or more and --loras at least 1, got {args.lora_rank} and "
+                             f"{args.loras}")
+    if args.guidance_scale is not None and not _guidance_applies(args.guidance_scale):
+        model = replace(model, cfg_batch=1)  # the conditional pass alone (the negative prompt is not encoded)
+    if args.lora_rank:
+        model = replace(model, lora_bytes=args.loras * adapter_bytes(model, args.lora_rank))
     return model
 
 

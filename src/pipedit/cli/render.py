@@ -40,10 +40,12 @@ def run(args) -> int:
         runner = RemoteRunner(args.endpoint, args.api_key, args.max_in_flight)
         lines = read_lines(prompts, config.generation, model_identity(args.endpoint))
     else:
+        from ..lora.spec import LoraOffer
         from ..render.local import LocalRunner, line_validator, model_identity
 
         runner = LocalRunner(config)
-        lines = read_lines(prompts, config.generation, model_identity(config), line_validator(config))
+        lines = read_lines(prompts, config.generation, model_identity(config), line_validator(config),
+                           LoraOffer.of(config.model))
     if not lines:
         raise UserInputError(f"prompts file {prompts} has no prompts (blank lines and # comments are skipped)")
     return Batch(lines, out_dir).run(runner)

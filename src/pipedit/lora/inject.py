@@ -14,6 +14,8 @@ loads (pipedit.adapter.load_adapter), before any plan, processor swap or compile
 
 from __future__ import annotations
 
+import warnings
+
 from pathlib import Path
 
 import torch
@@ -152,7 +154,10 @@ def load_adapter_into(model: torch.nn.Module, mixin, spec: LoraSpec, name: str) 
     # bias of a layer without `diff_b` while others have one: diffusers enables biases on every
     # layer then) fails at the first step. Created initialised instead, such a bias is zero: no
     # delta, what the file means. The check below guards the rest.
-    model.load_lora_adapter(state_dict, prefix=PREFIX, adapter_name=name, metadata=metadata, low_cpu_mem_usage=False)
+    with warnings.catch_warnings():  # peft warns at every adapter after the first: several are what we want
+        warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute", category=UserWarning)
+        model.load_lora_adapter(state_dict, prefix=PREFIX, adapter_name=name, metadata=metadata,
+                                low_cpu_mem_usage=False)
     for param_name, param in model.named_parameters():
         if param.is_meta:
             raise UserInputError(f"LoRA file {spec.path} does not give {param_name} (diffusers made the layer "

@@ -142,3 +142,44 @@ def request_loras(value, offered: tuple[tuple[str, LoraSpec], ...] | None = None
             raise error(f"loras: {name!r} is named twice")
         chosen.append((name, None if scale is None else float(scale)))
     return tuple(chosen)
+
+
+@dataclass(frozen=True)
+class LoraOffer:
+    """The adapters a server (or a local render) offers requests by name: model.loras, and
+    model.max_gpu_loras, the most one request may choose."""
+
+    named: tuple[tuple[str, LoraSpec], ...]
+    most: int
+
+    @classmethod
+    def of(cls, model_config) -> "LoraOffer":
+        return cls(model_config.loras, model_config.max_gpu_loras)
+
+    @property
+    def names(self) -> list[str]:
+        return [name for name, _ in self.named]
+
+    def choose(self, value, error: type[UserInputError] = UserInputError) -> tuple[tuple[str, float], ...]:
+        return choose_loras(value, self.named, self.most, error)
+
+    def identities(self, chosen) -> list[str]:
+        """What the chosen adapters change a video with: each one's file, scale and experts."""
+        specs = dict(self.named)
+        return [f"{name}={specs[name].identity()}@{scale!r}" for name, scale in chosen]
+
+
+def choose_loras(value, offered: tuple[tuple[str, LoraSpec], ...], most: int,
+                 error: type[UserInputError] = UserInputError) -> tuple[tuple[str, float], ...]:
+    """A request's `loras` on a server offering `offered` (model.loras) with at most `most`
+    (model.max_gpu_loras) on the device: ((name, scale), ...), a name's default scale where the
+    request gives none; `error` naming the offered adapters for a name the server lacks, or when
+    one request names more than fit on the device."""
+    chosen = request_loras(value, offered, error=error)
+    if len(chosen) > most:
+        raise error(f"loras: {len(chosen)} adapters in one request, more than this server keeps on a device "
+                    f"at once (model.max_gpu_loras = {most})")
+    return chosen
+
+
+NO_LORAS = LoraOffer((), 0)  # a server without model.loras: every name is refused, naming none offered

@@ -22,25 +22,21 @@ import torch
 
 from ..errors import InvalidRequestError
 from .inject import named_adapter, run_adapter
-from .spec import request_loras
+from .spec import choose_loras
 
-_EXPERTS = ("transformer", "transformer_2")
+TRANSFORMERS = ("transformer", "transformer_2")  # the components adapters go into
 
 
 def resolve(model_config, request) -> tuple[tuple[str, float], ...]:
     """The request's adapters with their scales (a name's default where it gives none);
     InvalidRequestError naming the offered adapters for a name the server lacks, or when one
     request names more than fit on the device."""
-    chosen = request_loras(request.loras, model_config.loras, error=InvalidRequestError)
-    if len(chosen) > model_config.max_gpu_loras:
-        raise InvalidRequestError(f"loras: {len(chosen)} adapters in one request, more than model.max_gpu_loras "
-                                  f"({model_config.max_gpu_loras})")
-    return chosen
+    return choose_loras(request.loras, model_config.loras, model_config.max_gpu_loras, error=InvalidRequestError)
 
 
 class RankLoras:
     def __init__(self, components: dict, model_config, device: torch.device):
-        self.models = {t: components[t] for t in _EXPERTS
+        self.models = {t: components[t] for t in TRANSFORMERS
                        if t in components and getattr(components[t], "_hf_peft_config_loaded", False)}
         self.config = model_config
         self.offered = model_config.loras

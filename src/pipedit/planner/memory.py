@@ -92,9 +92,19 @@ def idle_expert_host_bytes(model: ModelSpec, idle_expert: str) -> float:
     return model.dit_params * model.dit_bytes_per_param
 
 
+def adapter_bytes(model: ModelSpec, rank: int) -> float:
+    """One LoRA adapter of rank `rank` over every attention projection (q, k, v, out) of the DiT, as
+    the step-distill and style adapters of these models have them: a (hidden x rank, rank x hidden)
+    pair per projection, in the serving dtype. A block has two attentions where text has its own
+    projections (HunyuanVideo's dual-stream blocks) or enters by cross-attention (Wan, OpenSoraPlan);
+    adapters that also target the FFN are larger. Two experts: one adapter each (experts: both)."""
+    attentions = 2 * model.dual_layers + model.single_layers * (2 if model.cross_attention else 1)
+    return model.experts * attentions * 4 * 2 * model.hidden * rank * model.dit_bytes_per_param
+
+
 def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, with_text: bool,
                        with_vae: bool, tiled: bool, idle_expert: str = "resident") -> float:
-    weights = dit_weight_bytes(model, idle_expert)
+    weights = dit_weight_bytes(model, idle_expert) + model.lora_bytes
     if with_text:
         weights += model.text_params * 2
     peak = dit_activation_bytes(model, shape, ulysses, ring)

@@ -60,6 +60,7 @@ class ModelSpec:
     experts: int = 1  # transformers switched during denoising (Wan2.2 A14B: 2), same size each
     vae_tiling: bool = True  # spatially tiled decoding is available (Wan decodes untiled only)
     text_beside_vae: bool = False  # the text encoders live on a decode rank when there is one
+    lora_bytes: float = 0.0  # unfused LoRA adapters every denoise rank holds (pipedit.planner.memory.adapter_bytes)
 
     @property
     def layers(self) -> int:

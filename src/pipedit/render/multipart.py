@@ -3,6 +3,7 @@ written out as text), each file a part with a filename and its media type."""
 
 from __future__ import annotations
 
+import json
 import uuid
 
 # Leading bytes -> (media type, file suffix) of the image formats pipedit takes (pipedit.images).
@@ -46,4 +47,6 @@ def _head(boundary: str, disposition: str, media_type: str | None = None) -> byt
 def _text(value) -> str:
     if isinstance(value, bool):  # as the SDK writes booleans
         return "true" if value else "false"
+    if isinstance(value, (list, dict)):  # a list field (loras) as one JSON part, which the server reads
+        return json.dumps(value)
     return str(value)

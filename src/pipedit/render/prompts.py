@@ -23,8 +23,9 @@ from ..fields import FIELDS
 
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
-# Besides the keyed generation fields, a line's key holds the model and its image's content.
-_KEYED_BESIDES_FIELDS = ("model", "image_sha256")
+# Besides the keyed generation fields, a line's key holds the model, its image's content and, in a
+# local render, the files (and scales) of the named adapters it chooses (model.loras).
+_KEYED_BESIDES_FIELDS = ("model", "image_sha256", "lora_files")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
 
@@ -74,8 +75,10 @@ def is_jsonl(path: Path, lines: list[str]) -> bool:
 
 
 def read_lines(path: Path, defaults: GenerationDefaults, model: str,
-               validate: Validator | None = None) -> list[RenderLine]:
-    """Every non-blank, non-comment line of the file, resolved; errors stay on their line."""
+               validate: Validator | None = None, loras=None) -> list[RenderLine]:
+    """Every non-blank, non-comment line of the file, resolved; errors stay on their line.
+    `loras`: the adapters lines may name (a local render's model.loras, a LoraOffer); None: the
+    server decides (a remote render)."""
     if not path.is_file():
         raise UserInputError(f"prompts file {path} does not exist; give a .jsonl or .txt file")
     text = path.read_text(encoding="utf-8").splitlines()
@@ -85,7 +88,7 @@ def read_lines(path: Path, defaults: GenerationDefaults, model: str,
         stripped = raw.strip()
         if not stripped or stripped.startswith("#"):
             continue
-        line = _resolve(number, stripped, jsonl, defaults, model, validate, path.parent)
+        line = _resolve(number, stripped, jsonl, defaults, model, validate, path.parent, loras)
         if line.name in names:
             line.error = line.error or (f"name '{line.name}' is already used by line {names[line.name]}; "
                                         f"names must be unique")
@@ -96,13 +99,16 @@ def read_lines(path: Path, defaults: GenerationDefaults, model: str,
 
 
 def _resolve(number: int, text: str, jsonl: bool, defaults: GenerationDefaults, model: str,
-             validate: Validator | None, folder: Path) -> RenderLine:
+             validate: Validator | None, folder: Path, loras) -> RenderLine:
     line = RenderLine(number, f"line-{number:04d}")
     try:
         given = _parse(text) if jsonl else {"prompt": text}
         line.name = _name(number, given)
         line.settings = _settings(given, defaults, model)
         line.settings.update(_image(given, folder))
+        if loras is not None and line.settings.get("loras"):  # each at the scale it runs at, and its file
+            line.settings["loras"] = loras.choose(line.settings["loras"])
+            line.settings["lora_files"] = loras.identities(line.settings["loras"])
         if validate is not None:
             validate(line.settings)
     except UserInputError as error:

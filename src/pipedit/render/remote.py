@@ -65,7 +65,7 @@ def create_body(line: RenderLine) -> dict:
     """The line's generation fields under their API names; a field at one of its `absent` values
     (none given; cache none) is left out, so that servers from before it existed take the line."""
     s = line.settings
-    body = {spec.api: s[spec.name] for spec in api_fields() if s.get(spec.name) not in spec.absent}
+    body = {spec.api: spec.to_api(s[spec.name]) for spec in api_fields() if s.get(spec.name) not in spec.absent}
     return dict(body, size=f"{s['width']}x{s['height']}")
 
 

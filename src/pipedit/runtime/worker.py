@@ -14,6 +14,7 @@ from .. import faults
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import deadline, p2p
+from ..lora.slots import SlotLoras
 from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
 from .denoise import DenoiseJob
@@ -31,6 +32,11 @@ class DenoiseWorker(RankWorker):
 
     def setup(self, model_path: str, rendezvous: str | None = None) -> None:
         self._join(model_path, rendezvous)
+        # Adapters are final before the shard plan's hooks and compile: under compile, named
+        # adapters switch through fixed slots (pipedit.lora.slots: no recompile at a switch).
+        switching = SlotLoras if self.config.model.compile and self.config.model.loras else RankLoras
+        self.loras = switching(self.adapter.components, self.config.model, self.device)
+        self.lora_switch_s = 0.0  # the current job's adapter activation (moves to the device included)
         if self.layout.cfg > 1:
             self.predict = CfgParallelPredictor(self.adapter, self.ctx)
         if self.layout.world_size > 1:
@@ -44,7 +50,6 @@ class DenoiseWorker(RankWorker):
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
         self.cache = WorkerCache(self.adapter, groups, on_skip)
-        self.loras = RankLoras(self.adapter.components, self.config.model, self.device)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
@@ -95,7 +100,9 @@ class DenoiseWorker(RankWorker):
     # -- one request ----------------------------------------------------------------------
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
+        started = time.perf_counter()
         self.loras.activate(request)  # every denoise rank, from the request: in lockstep
+        self.lora_switch_s = time.perf_counter() - started
         cond = {k: v.to(self.device) for k, v in self.adapter.prepare_condition(cond).items()}
         if self.sp is not None:
             self.sp.prepare(self.adapter, request)
@@ -128,11 +135,13 @@ class DenoiseWorker(RankWorker):
 
     def job_report(self) -> dict[str, float]:
         """The current job's timings besides seconds: `cfg_branches`, the guidance branches a step
-        ran (mean over its steps; 1 without guidance, whatever the CFG-parallel layout), and the
-        step cache's report."""
+        ran (mean over its steps; 1 without guidance, whatever the CFG-parallel layout), with LoRA
+        adapters `lora_switch_s` (activating the request's set; ~0 when it is the previous one's),
+        and the step cache's report."""
         if self.job is None:
             return {}
-        return {"cfg_branches": self.job.branches_per_step, **self.cache_report()}
+        switch = {"lora_switch_s": self.lora_switch_s} if self.loras.models else {}
+        return {"cfg_branches": self.job.branches_per_step, **switch, **self.cache_report()}
 
     def cache_report(self) -> dict[str, float]:
         """The current job's transformer evaluations computed and skipped ({} when uncached)."""
