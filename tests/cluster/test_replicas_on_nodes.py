@@ -6,7 +6,7 @@ from the node's loss to the last job done and the slowest /healthz.
 
 Measured, and why the bounds are not "200 within 1 s": every probe answered within 0.3 s but
 one, right after the loss, that took 1.2 to 2.0 s while Serve's router found out the replica it
-chose was gone; in one run of seven a probe got 500 instead (Serve's proxy answers 500 to a
+chose was gone; in one run of eight a probe got 500 instead (Serve's proxy answers 500 to a
 request in flight on a replica that dies). docs/multi-node.md has the runs."""
 
 import json
