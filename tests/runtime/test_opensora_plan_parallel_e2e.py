@@ -52,8 +52,9 @@ def single_device_latents(checkpoint):
     return reference_latents(checkpoint, CASE)
 
 
-FAST = [["--ulysses", "2"], ["--ulysses", "2", "--pipesp-chunk", "1"], ["--cfg-parallel"], ["--decode-ranks", "1"],
-        ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
+# One representative per path: synchronous Ulysses runs inside the CFG-parallel case, DeDiVAE with
+# one denoise rank in tests/integrations/opensora_plan/test_dedivae_one_denoise_rank.py.
+FAST = [["--ulysses", "2", "--pipesp-chunk", "1"], ["--decode-ranks", "1", "--aco", "on", "--ulysses", "2"]]
 SLOW = [["--cfg-parallel", "--ulysses", "2"], ["--ulysses", "3", "--pipesp-chunk", "1"]]
 
 
