@@ -1,0 +1,66 @@
+"""End to end on a tiny HunyuanVideo 1.5 (3 heads of 8, 48x80x9: 3x3x5 = 45 video tokens, uneven
+on 2 ranks, heads split 2+1): pipedit's parallel runs (Ray actors, gloo) against diffusers'
+HunyuanVideo15Pipeline on one device (output_type="latent", the same seed and CPU generator,
+guidance 4.5 with the empty negative prompt, the guider's scale the same).
+
+Both prompts give the two CFG branches text of different lengths (the quoted one: ByT5 tokens for
+the prompt, none for the negative; the plain one: Qwen tokens), so every path runs the masked
+joint attention. Ulysses and Aco only move data; Ring merges blocks with an online softmax; CFG
+parallel runs each branch as its own batch-1 forward, as the pipeline does, while one rank batches
+both: float rounding may differ by ~1e-7 per forward. The bound is the contract's relative one:
+max|diff| <= 1e-4 x max|reference latents|. The cached run (fbcache on Ulysses 2) is compared with
+the same cache on one rank, and must skip steps.
+"""
+
+import pytest
+import torch
+
+from e2e_helpers import Case, generated_latents
+
+GUIDANCE = 4.5
+QUOTED, PLAIN = 'a shop sign that reads "OPEN" at night', "a red kite over the dunes"
+PATHS = [
+    (QUOTED, ["--ulysses", "2"]),
+    (PLAIN, ["--ring", "2"]),
+    (QUOTED, ["--cfg-parallel"]),
+    (PLAIN, ["--ulysses", "2", "--decode-ranks", "1", "--aco", "on"]),
+]
+
+
+def case(prompt: str, steps: int = 2) -> Case:
+    return Case(prompt, height=48, width=80, frames=9, steps=steps, seed=11)
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    from pipedit.integrations.hunyuan_video_15.demo_checkpoint import HunyuanVideo15Dims, write_demo_checkpoint
+
+    dims = HunyuanVideo15Dims(heads=3, head_dim=8, rope_axes=(2, 2, 4), layers=2, latent_channels=4, text_dim=24,
+                              byt5_dim=16, guidance_scale=GUIDANCE, seed=9)
+    return write_demo_checkpoint(tmp_path_factory.mktemp("hv15") / "three-heads", dims)
+
+
+@pytest.fixture(scope="module")
+def diffusers_latents(checkpoint):
+    from diffusers import HunyuanVideo15Pipeline
+
+    pipe = HunyuanVideo15Pipeline.from_pretrained(checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+
+    def run(prompt):
+        c = case(prompt)
+        return pipe(prompt=c.prompt, height=c.height, width=c.width, num_frames=c.frames, num_inference_steps=c.steps,
+                    output_type="latent", generator=torch.Generator("cpu").manual_seed(c.seed)).frames
+
+    return {prompt: run(prompt) for prompt in (QUOTED, PLAIN)}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("prompt,flags", PATHS, ids=lambda value: " ".join(value) if isinstance(value, list) else
+                         ("quoted" if value == QUOTED else "plain"))
+def test_parallel_latents_equal_diffusers(ray_session, checkpoint, diffusers_latents, tmp_path, prompt, flags):
+    latents = generated_latents(checkpoint, tmp_path, case(prompt), [*flags, "--guidance-scale", str(GUIDANCE)])
+    reference = diffusers_latents[prompt]
+    scale = reference.abs().max().item()
+    assert latents.shape == reference.shape == (1, 4, 3, 3, 5) and scale > 0.1
+    assert (latents - reference).abs().max().item() <= 1e-4 * scale
