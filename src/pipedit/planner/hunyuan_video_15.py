@@ -16,12 +16,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-RELEASES = {  # name: (target_size, task_type)
-    "hunyuan-video-1.5-480p": (480, "t2v"),
-    "hunyuan-video-1.5-720p": (720, "t2v"),
-    "hunyuan-video-1.5-480p-i2v": (480, "i2v"),
-    "hunyuan-video-1.5-720p-i2v": (720, "i2v"),
-}
+# The 480p and 720p releases have the same DiT, VAE and encoders (target_size 480 or 720 only sets
+# the image-to-video size bucket): one planned model per task, any video size. name: (target_size, task_type)
+RELEASES = {"hunyuan-video-1.5": (720, "t2v"), "hunyuan-video-1.5-i2v": (720, "i2v")}
 MLLM_TOKENS, GLYPH_TOKENS, IMAGE_TOKENS = 1000, 256, 729
 
 TRANSFORMER = {
@@ -114,7 +111,7 @@ def spec(name: str, dit: dict, vae: dict, image: bool, dit_params: float | None 
 
 def released(release: str):
     target_size, task = RELEASES[release]
-    label = f"HunyuanVideo 1.5 {target_size}p {'I2V' if task == 'i2v' else 'T2V'} (8.3B)"
+    label = f"HunyuanVideo 1.5 {'I2V' if task == 'i2v' else 'T2V'} (8.3B)"
     return spec(label, transformer_config(release), VAE, task == "i2v")
 
 
