@@ -1,12 +1,10 @@
 """The planner's HunyuanVideo 1.5 (pipedit.planner.hunyuan_video_15): the released sizes, a tiny
-checkpoint's dims read back, the shipped 8-GPU config's per-rank memory at 720p and 480p x 121,
-and the dry run's refusal (it names the planner)."""
+checkpoint's dims read back, the shipped 8-GPU config's per-rank memory at 720p and 480p x 121."""
 
 import pytest
 
 from pipedit.adapter import VideoShape, model_inputs
 from pipedit.config import load_config
-from pipedit.errors import UserInputError
 from pipedit.planner.cost import Shape
 from pipedit.planner.memory import decode_rank_bytes, denoise_rank_bytes
 from pipedit.planner.models import from_checkpoint, full_size
@@ -58,10 +56,3 @@ def test_the_shipped_8_gpu_config_fits_80_gb_gpus(height, width, denoise_gib):
     assert max(denoise, decode) < 75  # the planner's usable share of 80 GB
     assert decode_rank_bytes(model, shape, True, False, True) / GIB > 200
 
-
-def test_the_dry_run_refuses_naming_the_planner():
-    from pipedit.dryrun.world import resolve
-
-    with pytest.raises(UserInputError, match="pipedit plan --model hunyuan-video-1.5"):
-        resolve(load_config("configs/hunyuan-video-15-8gpu.yaml"), model=None, model_path=None, height=None,
-                width=None, frames=None, steps=1, gpu="h100")
