@@ -51,7 +51,6 @@ class DryRun:
     released: str  # (release name, folder) -> Path: the released configs written to folder, no weights
     fakes: tuple[tuple[str, str], ...] = ()  # (loader "module:attr", replacement "module:attr") while faked
     tiling: str | None = None  # module whose should_tile / free_device_bytes decide VAE tiling on free memory
-    unsupported: str | None = None  # why the dry run cannot run the family (None: it can)
 
 
 @dataclass(frozen=True)

@@ -50,9 +50,6 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
         raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
     shown = model or config.model.name or (model_name_for(model_path) if model_path else families.DEFAULT)
     name = families.family_for_release(shown).name  # the adapter's (wan-14b: wan)
-    unsupported = families.family(name).dry_run.unsupported
-    if unsupported:
-        raise UserInputError(f"the dry run cannot run {name}: {unsupported}")
     released = model_path is None
     if released:
         model_path = str(released_checkpoint(shown, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))
