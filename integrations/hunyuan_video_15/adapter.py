@@ -43,8 +43,8 @@ from pipedit.integrations.hunyuan_video.parallel import TextKeys, install_proces
 from pipedit.integrations.hunyuan_video.sampler import make_scheduler
 
 from .guider import Guider
-from .image_condition import condition_latents, siglip_states
-from .text_encoding import encode_glyphs, encode_mllm
+from .image_condition import SIGLIP_TOKENS, condition_latents, siglip_states
+from .text_encoding import GLYPH_TOKENS, MAX_TOKENS, encode_glyphs, encode_mllm
 
 IMAGE_TO_VIDEO = "HunyuanVideo15ImageToVideoPipeline"
 TEXT_PARTS = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2")
@@ -94,11 +94,11 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
-                        fuse_loras=False, named_loras=()):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
         """dtype None loads each component as diffusers' pipeline does by default. vae_tiling: auto
         and on decode with the VAE's spatial tiling (which tiles only frames larger than one tile,
-        as the released pipeline is run), off never tiles."""
+        as the released pipeline is run), off never tiles. No LoRA adapters: the family declares no
+        LoRA loader (pipedit.families), so load_adapter refuses them before this runs."""
         if vae_tiling not in VAE_TILING:
             raise UserInputError(f"vae_tiling must be one of {', '.join(VAE_TILING)}, got {vae_tiling!r}")
         index = read_model_index(path)
@@ -115,10 +115,6 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         if "vae" in parts and "vae" not in wanted:
             wanted.append("vae")
         components = {name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted}
-        if (loras or named_loras) and "transformer" in components:
-            from pipedit.lora.inject import apply_loras
-
-            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, image_to_video, Guider.read(path, index), vae_tiling)
 
     # -- validation ------------------------------------------------------------------------
@@ -236,9 +232,7 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         _, _, frames, height, width = self.latent_shape(shape)
         patch, patch_t = int(self.dit_config.get("patch_size", 1)), int(self.dit_config.get("patch_size_t", 1))
         tokens = (frames // patch_t) * (height // patch) * (width // patch)
-        from .text_encoding import GLYPH_TOKENS, MAX_TOKENS
-
-        image = 729 if self.image_to_video else 0  # SigLIP's 27 x 27 patches at 384 px
+        image = SIGLIP_TOKENS if self.image_to_video else 0
         return AttentionShape(seq_len=tokens, text_len=image + GLYPH_TOKENS + MAX_TOKENS, heads=self.num_heads,
                               head_dim=int(self.dit_config["attention_head_dim"]))
 

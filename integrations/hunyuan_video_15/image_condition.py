@@ -15,6 +15,8 @@ import torch
 
 from pipedit.adapter import VideoShape
 
+SIGLIP_TOKENS = 729  # the released SigLIP's 27 x 27 patches at 384 px (the pipelines' vision_num_semantic_tokens)
+
 
 def video_processor(spatial_ratio: int):
     from diffusers.pipelines.hunyuan_video1_5.image_processor import HunyuanVideo15ImageProcessor

@@ -90,3 +90,25 @@ def test_image_to_video_latents_equal_diffusers(tmp_path_factory):
         ours = engine.generate(VideoRequest(PROMPTS[0], height=height, width=width, num_frames=FRAMES, steps=STEPS,
                                             seed=SEED, guidance_scale=GUIDANCE, image=path.read_bytes())).latents
     assert _relative(ours, reference) <= 1e-4
+
+
+def test_meanflow_checkpoints_and_guider_options_pipedit_does_not_run_are_refused(t2v, tmp_path):
+    import json
+    import shutil
+
+    from pipedit.adapter import model_inputs
+    from pipedit.errors import ModelPathError
+
+    def edited(component, file, **changes):
+        copy = shutil.copytree(t2v, tmp_path / f"{component}-{len(list(tmp_path.iterdir()))}")
+        config = copy / component / file
+        config.write_text(json.dumps({**json.loads(config.read_text()), **changes}))
+        return copy
+
+    with pytest.raises(ModelPathError, match="runs classifier-free guidance with guidance_rescale 0.0"):
+        model_inputs(edited("guider", "guider_config.json", guidance_rescale=0.7))
+    with pytest.raises(ModelPathError, match="serve the 480p or 720p text- or image-to-video release"):
+        model_inputs(edited("transformer", "config.json", use_meanflow=True))
+    off = model_inputs(edited("guider", "guider_config.json", enabled=False))
+    assert not off.capabilities.negative_prompt and not off.capabilities.cfg_parallel
+    assert model_inputs(t2v).capabilities.cfg_parallel
