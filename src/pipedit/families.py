@@ -299,9 +299,10 @@ register(Family(
     dry_run=DryRun(released="pipedit.dryrun.released_hunyuan_video_15:write_release",
                    fakes=((f"{_INTEGRATIONS}.hunyuan_video_15.adapter:load_component",
                            "pipedit.dryrun.hunyuan_video_15:fake_hunyuan_video_15_component"),
-                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_mllm", "pipedit.dryrun.models:fake_qwen_encode"),
+                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_mllm",
+                           "pipedit.dryrun.hunyuan_video_15:fake_qwen_encode"),
                           (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_glyphs",
-                           "pipedit.dryrun.models:fake_byt5_encode"))),
+                           "pipedit.dryrun.hunyuan_video_15:fake_byt5_encode"))),
     # No TeaCache coefficients are published for HunyuanVideo 1.5 (TeaCache's sets cover HunyuanVideo,
     # Wan2.1 and others): refused, fbcache runs.
     teacache=None,

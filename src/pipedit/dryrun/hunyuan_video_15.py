@@ -2,8 +2,8 @@
 
 diffusers' HunyuanVideo15Transformer3DModel.forward packs each sample's valid image, ByT5 and Qwen
 tokens first by boolean-mask indexing and branches on whether the image tokens are all zero:
-values fake tensors do not have. The dry run's text fakes make every token valid (the most text
-the DiT attends to), so the packing is a plain concatenation in the same order; this stand-in
+values fake tensors do not have. The dry run's text fakes (below) make every token valid (the most
+text the DiT attends to), so the packing is a plain concatenation in the same order; this stand-in
 forward runs the model's own submodules (embedders, blocks with pipedit's processors and hooks,
 output norm and projection) on tensors of the reference's sizes. It is a memory stand-in, not
 diffusers' numerics: the cond-type embeddings (same-size additions) are left out."""
@@ -43,3 +43,23 @@ def fake_hunyuan_video_15_component(root, index, name, *, dtype=None, device=Non
     if name == "transformer":
         module.forward = types.MethodType(_packed_forward, module)
     return module
+
+
+def fake_qwen_encode(tokenizer, text_encoder, prompt):
+    """HunyuanVideo 1.5's Qwen states with all 1000 prompt positions valid (the most text its DiT
+    attends to; picking the valid ones reads mask values): the forward over the padded template
+    length, then the crop, as encode_mllm runs it."""
+    from pipedit.integrations.hunyuan_video_15.text_encoding import CROP_START, LAYERS_SKIPPED, MAX_TOKENS
+
+    tokens = tokenizer([prompt], max_length=MAX_TOKENS + CROP_START)
+    hidden = text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
+                          output_hidden_states=True).hidden_states
+    return hidden[-(LAYERS_SKIPPED + 1)][:, CROP_START:]
+
+
+def fake_byt5_encode(tokenizer, text_encoder, prompt):
+    """HunyuanVideo 1.5's ByT5 states with all 256 glyph positions valid (quoted text that long)."""
+    from pipedit.integrations.hunyuan_video_15.text_encoding import GLYPH_TOKENS
+
+    tokens = tokenizer([prompt], max_length=GLYPH_TOKENS)
+    return text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask.float())[0]

@@ -118,26 +118,6 @@ def fake_umt5_encode(tokenizer, text_encoder, prompt, device, max_tokens=512):
     return states.to(device=device, dtype=text_encoder.dtype)
 
 
-def fake_qwen_encode(tokenizer, text_encoder, prompt):
-    """HunyuanVideo 1.5's Qwen states with all 1000 prompt positions valid (the most text its DiT
-    attends to; picking the valid ones reads mask values): the forward over the padded template
-    length, then the crop, as encode_mllm runs it."""
-    from pipedit.integrations.hunyuan_video_15.text_encoding import CROP_START, LAYERS_SKIPPED, MAX_TOKENS
-
-    tokens = tokenizer([prompt], max_length=MAX_TOKENS + CROP_START)
-    hidden = text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
-                          output_hidden_states=True).hidden_states
-    return hidden[-(LAYERS_SKIPPED + 1)][:, CROP_START:]
-
-
-def fake_byt5_encode(tokenizer, text_encoder, prompt):
-    """HunyuanVideo 1.5's ByT5 states with all 256 glyph positions valid (quoted text that long)."""
-    from pipedit.integrations.hunyuan_video_15.text_encoding import GLYPH_TOKENS
-
-    tokens = tokenizer([prompt], max_length=GLYPH_TOKENS)
-    return text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask.float())[0]
-
-
 def fake_first_frame_video(image, shape, spatial_ratio, frames):
     """Wan's image condition before the VAE: the resized image's pixels, then zero frames. The
     preprocessing reads pixel values (host data); only the shape and dtype matter here."""
