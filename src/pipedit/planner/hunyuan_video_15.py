@@ -20,6 +20,7 @@ from functools import lru_cache
 # the image-to-video size bucket): one planned model per task, any video size. name: (target_size, task_type)
 RELEASES = {"hunyuan-video-1.5": (720, "t2v"), "hunyuan-video-1.5-i2v": (720, "i2v")}
 MLLM_TOKENS, GLYPH_TOKENS, IMAGE_TOKENS = 1000, 256, 729
+TEMPLATE_TOKENS = 108  # the chat template's start: Qwen runs over it, the DiT never sees it
 
 TRANSFORMER = {
     "_class_name": "HunyuanVideo15Transformer3DModel", "in_channels": 65, "out_channels": 32,
@@ -95,7 +96,7 @@ def spec(name: str, dit: dict, vae: dict, image: bool, dit_params: float | None 
     heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
     patch, patch_t = int(dit.get("patch_size", 1)), int(dit.get("patch_size_t", 1))
     if encoders is None:
-        encoders = (TextEncoder("qwen2.5-vl-7b-text", transformers_params("QWEN_TEXT"), MLLM_TOKENS + 108),
+        encoders = (TextEncoder("qwen2.5-vl-7b-text", transformers_params("QWEN_TEXT"), MLLM_TOKENS + TEMPLATE_TOKENS),
                     TextEncoder("byt5-small-encoder", transformers_params("BYT5_ENCODER"), GLYPH_TOKENS))
         if image:
             encoders += (TextEncoder("siglip-so400m-vision", transformers_params("SIGLIP"), IMAGE_TOKENS),)
@@ -127,7 +128,7 @@ def from_checkpoint(root):
     image = index.get("_class_name") == "HunyuanVideo15ImageToVideoPipeline"
     dit = _read(root / "transformer" / "config.json")
     found = []
-    for folder, tokens in (("text_encoder", MLLM_TOKENS + 108), ("text_encoder_2", GLYPH_TOKENS),
+    for folder, tokens in (("text_encoder", MLLM_TOKENS + TEMPLATE_TOKENS), ("text_encoder_2", GLYPH_TOKENS),
                            ("image_encoder", IMAGE_TOKENS)):
         count = _param_count(root / folder)
         if count is not None:
