@@ -35,16 +35,18 @@ from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_
 from pipedit.attention.autotune import AttentionShape
 from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
-from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
+from pipedit.errors import InvalidRequestError, ModelPathError
 from pipedit.guidance import GuidedPrediction
 from pipedit.model_hooks import AdapterHooks
 from pipedit.sampling import SamplingParams, shift_parameter
 from pipedit.integrations.hunyuan_video.parallel import TextKeys, install_processors
 from pipedit.integrations.hunyuan_video.sampler import make_scheduler
+from pipedit.integrations.hunyuan_video.vae_memory import check_mode, free_device_bytes, should_tile
 
 from .guider import Guider
 from .image_condition import SIGLIP_TOKENS, condition_latents, siglip_states
 from .text_encoding import GLYPH_TOKENS, MAX_TOKENS, encode_glyphs, encode_mllm
+from .vae_memory import predict_decode_peak_bytes
 
 IMAGE_TO_VIDEO = "HunyuanVideo15ImageToVideoPipeline"
 TEXT_PARTS = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2")
@@ -54,7 +56,6 @@ DEFAULT_NEGATIVE_PROMPT = ""  # the pipelines' (no negative prompt: the empty on
 # [1, n, width] of valid tokens; negatives carry the same names with this prefix.
 STREAMS = ("image_embeds", "prompt_embeds_2", "prompt_embeds")
 NEGATIVE = "negative_"
-VAE_TILING = ("auto", "on", "off")
 
 
 class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
@@ -72,7 +73,8 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.device = torch.device(device)
         self.dtype = dtype
         self.guider = guider
-        self.vae_tiling = vae_tiling
+        self.vae_tiling = check_mode(vae_tiling)  # auto, on or off: see decode_mode
+        self._decode_budget: int | None = None  # free memory auto tiling decides on (fix_decode_budget)
         self.spatial_ratio = int(self.vae_config.get("spatial_compression_ratio", 16))
         self.temporal_ratio = int(self.vae_config.get("temporal_compression_ratio", 4))
         self.image_to_video = image_to_video
@@ -95,12 +97,9 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
-        """dtype None loads each component as diffusers' pipeline does by default. vae_tiling: auto
-        and on decode with the VAE's spatial tiling (which tiles only frames larger than one tile,
-        as the released pipeline is run), off never tiles. No LoRA adapters: the family declares no
-        LoRA loader (pipedit.families), so load_adapter refuses them before this runs."""
-        if vae_tiling not in VAE_TILING:
-            raise UserInputError(f"vae_tiling must be one of {', '.join(VAE_TILING)}, got {vae_tiling!r}")
+        """dtype None loads each component as diffusers' pipeline does by default. vae_tiling: see
+        decode_mode. No LoRA adapters: the family declares no LoRA loader (pipedit.families), so
+        load_adapter refuses them before this runs."""
         index = read_model_index(path)
         image_to_video = index["_class_name"] == IMAGE_TO_VIDEO
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
@@ -260,17 +259,32 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     def make_scheduler(self, sampling: SamplingParams):
         return make_scheduler(self.components["scheduler"], sampling, self.device)
 
-    # -- decoding --------------------------------------------------------------------------
+    # -- decoding -------------------------------------------------------------------------
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
-        if self.vae_tiling == "off":
-            self.vae.disable_tiling()
-        else:
+        if self.decode_mode(latents.shape):
             self.vae.enable_tiling()
+        else:
+            self.vae.disable_tiling()
         latents = latents.to(self.device, self.vae.dtype) / self.vae.config.scaling_factor
         return self.frames(self.vae.decode(latents, return_dict=False)[0])
 
     frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]
 
     def decode_mode(self, latent_shape) -> int:
-        return int(self.vae_tiling != "off")
+        """1: the VAE's spatial tiling (256-pixel tiles overlapping by a quarter, all frames; a video
+        within one tile decodes untiled), 0: untiled, as diffusers decodes by default. on and off
+        decide alone; auto tiles on CUDA when the untiled prediction does not fit the free memory
+        (the decode ranks' common budget once the engine fixed one), never on CPU (HunyuanVideo's
+        rule, hunyuan_video/vae_memory.should_tile)."""
+        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
+        free = self._decode_budget if self._decode_budget is not None else free_device_bytes(self.device)
+        return int(should_tile(self.vae_tiling, self.device, predicted, free))
+
+    def free_decode_bytes(self) -> int | None:
+        return free_device_bytes(self.device)
+
+    def fix_decode_budget(self, free_bytes: int) -> None:
+        # One decode rank also holds the text encoders: each rank's own free memory would tile a
+        # video on one rank and not on another. The engine fixes the tightest rank's figure.
+        self._decode_budget = free_bytes

@@ -85,7 +85,6 @@ def params(config: dict) -> float:
 
 
 # -- the planner's view ------------------------------------------------------------------------
-TILE_PIXELS = 256  # AutoencoderKLHunyuanVideo15.tile_sample_min_height / width
 
 
 def spec(name: str, dit: dict, vae: dict, image: bool, dit_params: float | None = None,
@@ -138,40 +137,16 @@ def from_checkpoint(root):
                 _param_count(root / "vae"), tuple(found) or None)
 
 
-def _decoder_sizes(vae: dict, frames: int, height: int, width: int) -> tuple[int, list[int]]:
-    """(mid-block attention tokens, channels x voxels of each up block's output) of one decode."""
-    channels = list(reversed(vae["block_out_channels"]))
-    spatial_ups = (int(vae["spatial_compression_ratio"]).bit_length() - 1)
-    temporal_ups = (int(vae["temporal_compression_ratio"]).bit_length() - 1)
-    tokens = frames * height * width
-    sizes = []
-    for i, out in enumerate(channels):
-        if i < spatial_ups:
-            height, width = 2 * height, 2 * width
-        if len(channels) - 1 - temporal_ups <= i < len(channels) - 1:
-            frames = 2 * frames - 1
-        sizes.append(out * frames * height * width)
-    return tokens, sizes
-
-
-def _tile(model, shape, tiled: bool) -> tuple[int, int, int]:
-    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
-    if tiled:
-        side = TILE_PIXELS // model.compression[1]
-        lh, lw = min(lh, side), min(lw, side)
-    return lt, lh, lw
-
-
 def decode_peak_bytes(model, shape, tiled: bool) -> float:
-    """One decode (or one tile of it, all frames) at bf16: HunyuanVideo's calibrated factor on the
-    decoder's largest activation, plus the mid block's dense causal mask over every latent token
-    (the VAE's dtype, N x N: the term that makes untiled 720p decodes impractical)."""
-    from pipedit.integrations.hunyuan_video.vae_memory import ACTIVATION_FACTOR
+    """One decode at bf16 (tiled: one 256-pixel tile, all frames), by the adapter's own predictor
+    (integrations/hunyuan_video_15/vae_memory.py), so auto tiling and the planner agree."""
+    import torch
 
-    from .cost import ACT_BYTES
+    from pipedit.integrations.hunyuan_video_15.vae_memory import predict_decode_peak_bytes, predict_tiled_peak_bytes
 
-    tokens, sizes = _decoder_sizes(model.vae, *_tile(model, shape, tiled))
-    return (ACTIVATION_FACTOR * max(sizes) + tokens * tokens) * ACT_BYTES
+    latents = (1, model.latent_channels, *model.latent_shape(shape.height, shape.width, shape.frames))
+    predict = predict_tiled_peak_bytes if tiled else predict_decode_peak_bytes
+    return predict(model.vae, latents, torch.bfloat16)
 
 
 def decode_flops(model, height: int, width: int, frames: int, tiled: bool) -> float:
