@@ -36,14 +36,19 @@ def bucket_size(image_size: tuple[int, int], target_size: int, spatial_ratio: in
                                                                          target_size=target_size)
 
 
+def image_pixels(image, shape: VideoShape, spatial_ratio: int) -> torch.Tensor:
+    """[1, 3, 1, H, W] float32 in [-1, 1]: the fitted image as the VAE encodes it."""
+    pixels = video_processor(spatial_ratio).preprocess(fitted_image(image, shape, spatial_ratio),
+                                                       height=shape.height, width=shape.width)
+    return pixels[:, :, None]
+
+
 @torch.no_grad()
 def condition_latents(vae, image, shape: VideoShape, latent_frames: int, spatial_ratio: int) -> torch.Tensor:
     """[1, latent_channels + 1, T, h, w] float32: the first frame's scaled latents then zeros, and
     the mask channel."""
-    pixels = video_processor(spatial_ratio).preprocess(fitted_image(image, shape, spatial_ratio),
-                                                       height=shape.height, width=shape.width)
     vae_device = next(vae.parameters()).device
-    first = vae.encode(pixels.to(vae_device, vae.dtype)[:, :, None]).latent_dist.mode()
+    first = vae.encode(image_pixels(image, shape, spatial_ratio).to(vae_device, vae.dtype)).latent_dist.mode()
     first = (first * vae.config.scaling_factor).float()
     latents = first.new_zeros(1, first.shape[1], latent_frames, *first.shape[3:])
     latents[:, :, :1] = first

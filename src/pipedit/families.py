@@ -302,7 +302,9 @@ register(Family(
                           (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_mllm",
                            "pipedit.dryrun.hunyuan_video_15:fake_qwen_encode"),
                           (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_glyphs",
-                           "pipedit.dryrun.hunyuan_video_15:fake_byt5_encode")),
+                           "pipedit.dryrun.hunyuan_video_15:fake_byt5_encode"),
+                          (f"{_INTEGRATIONS}.hunyuan_video_15.image_condition:image_pixels",
+                           "pipedit.dryrun.hunyuan_video_15:fake_image_pixels")),
                    tiling=f"{_INTEGRATIONS}.hunyuan_video_15.adapter"),
     # No TeaCache coefficients are published for HunyuanVideo 1.5 (TeaCache's sets cover HunyuanVideo,
     # Wan2.1 and others): refused, fbcache runs.

@@ -63,3 +63,9 @@ def fake_byt5_encode(tokenizer, text_encoder, prompt):
 
     tokens = tokenizer([prompt], max_length=GLYPH_TOKENS)
     return text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask.float())[0]
+
+
+def fake_image_pixels(image, shape, spatial_ratio):
+    """The image-to-video condition's pixels before the VAE: preprocessing reads pixel values
+    (host data); only the shape and dtype matter here."""
+    return torch.empty(1, 3, 1, shape.height, shape.width, dtype=torch.float32)
