@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
+from pipedit.integrations.hunyuan_video.demo_checkpoint import _seeded  # a build under a fixed seed
 
 from .demo_tokenizers import build_byt5_tokenizer, build_qwen_tokenizer
 from .presets import DEFAULT_PRESET, check_preset
@@ -39,12 +39,6 @@ class HunyuanVideo15Dims:
     shift: float = 5.0
     guidance_scale: float = 6.0
     seed: int = 0
-
-
-def _seeded(seed: int, build):
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return build()
 
 
 def _text_encoder(vocab_size: int, dims: HunyuanVideo15Dims):
