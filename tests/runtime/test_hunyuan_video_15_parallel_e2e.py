@@ -9,7 +9,9 @@ joint attention. Ulysses (synchronous, or PipeSP in chunks of one head) and Aco 
 merges blocks with an online softmax; CFG parallel runs each branch as its own batch-1 forward, as
 the pipeline does, while one rank batches both: float rounding may differ by ~1e-7 per forward. The
 bound is the contract's relative one: max|diff| <= 1e-4 x max|reference latents|. The cached run (fbcache on Ulysses 2) is compared with
-the same cache on one rank, and must skip steps.
+the same cache on one rank, and must skip steps. Image-to-video against
+HunyuanVideo15ImageToVideoPipeline under Ulysses 2 + a decode rank with Aco and under CFG parallel
++ a decode rank.
 """
 
 import pytest
@@ -87,3 +89,36 @@ def test_cached_ulysses_run_equals_the_cached_one_rank_run(ray_session, checkpoi
                                                                "--guidance-scale", str(GUIDANCE)])
     scale = one_rank.latents.abs().max().item()
     assert (latents - one_rank.latents).abs().max().item() <= 1e-4 * scale
+
+
+IMAGE_PATHS = [["--ulysses", "2", "--decode-ranks", "1", "--aco", "on"], ["--cfg-parallel", "--decode-ranks", "1"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flags", IMAGE_PATHS, ids=" ".join)
+def test_image_to_video_parallel_latents_equal_diffusers(ray_session, tmp_path_factory, tmp_path, flags):
+    """The decode rank holds the text encoders, so it encodes the image too (VAE latents, SigLIP
+    tokens); every CFG branch carries them. The video at the size the pipeline picks for the image."""
+    import numpy as np
+    from diffusers import HunyuanVideo15ImageToVideoPipeline
+    from PIL import Image
+
+    from pipedit.integrations.hunyuan_video_15.demo_checkpoint import HunyuanVideo15Dims, write_demo_checkpoint
+    from pipedit.integrations.hunyuan_video_15.image_condition import bucket_size
+
+    dims = HunyuanVideo15Dims(heads=3, head_dim=8, rope_axes=(2, 2, 4), latent_channels=4, text_dim=24, byt5_dim=16,
+                              image_dim=16, guidance_scale=GUIDANCE, seed=10)
+    checkpoint = write_demo_checkpoint(tmp_path_factory.mktemp("hv15") / "i2v", dims, preset="i2v")
+    image = Image.fromarray((np.random.RandomState(3).rand(45, 70, 3) * 255).astype("uint8"))
+    image.save(tmp_path / "start.png")
+    height, width = bucket_size(image.size, dims.target_size, 16)
+    c = Case(QUOTED, height=height, width=width, frames=9, steps=2, seed=11)
+    latents = generated_latents(checkpoint, tmp_path, c, [*flags, "--guidance-scale", str(GUIDANCE),
+                                                          "--image", str(tmp_path / "start.png")])
+    pipe = HunyuanVideo15ImageToVideoPipeline.from_pretrained(checkpoint)
+    pipe.set_progress_bar_config(disable=True)
+    reference = pipe(image=image, prompt=c.prompt, num_frames=c.frames, num_inference_steps=c.steps,
+                     output_type="latent", generator=torch.Generator("cpu").manual_seed(c.seed)).frames
+    scale = reference.abs().max().item()
+    assert latents.shape == reference.shape and scale > 0.1
+    assert (latents - reference).abs().max().item() <= 1e-4 * scale
