@@ -5,10 +5,11 @@ guidance 4.5 with the empty negative prompt, the guider's scale the same).
 
 Both prompts give the two CFG branches text of different lengths (the quoted one: ByT5 tokens for
 the prompt, none for the negative; the plain one: Qwen tokens), so every path runs the masked
-joint attention. Ulysses (synchronous, or PipeSP in chunks of one head) and Aco only move data; Ring
-(alone and in USP 2x2, 4 ranks) merges blocks with an online softmax; CFG parallel runs each branch as its own batch-1 forward, as
-the pipeline does, while one rank batches both: float rounding may differ by ~1e-7 per forward. The
-bound is the contract's relative one: max|diff| <= 1e-4 x max|reference latents|. The cached run (fbcache on Ulysses 2) is compared with
+joint attention. Ulysses (synchronous, or PipeSP in chunks of one head) and Aco only move data;
+Ring (alone and in USP 2x2, 4 ranks) merges blocks with an online softmax; CFG parallel runs each
+branch as its own batch-1 forward, as the pipeline does, while one rank batches both: float
+rounding may differ by ~1e-7 per forward. The bound is the contract's relative one:
+max|diff| <= 1e-4 x max|reference latents|. The cached run (fbcache on Ulysses 2) is compared with
 the same cache on one rank, and must skip steps. Image-to-video against
 HunyuanVideo15ImageToVideoPipeline under Ulysses 2 + a decode rank with Aco and under CFG parallel
 + a decode rank.
