@@ -25,7 +25,8 @@ def write_release(name: str, root: Path) -> Path:
     """`name` is one of pipedit.planner.hunyuan_video_15.RELEASES."""
     image = release.RELEASES[name][1] == "i2v"
     index = {"_class_name": "HunyuanVideo15ImageToVideoPipeline" if image else "HunyuanVideo15Pipeline",
-             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"], "guider": ["diffusers", "ClassifierFreeGuidance"],
+             "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
+             "guider": ["diffusers", "ClassifierFreeGuidance"],
              "text_encoder": ["transformers", "Qwen2_5_VLTextModel"], "tokenizer": ["transformers", "Qwen2Tokenizer"],
              "text_encoder_2": ["transformers", "T5EncoderModel"], "tokenizer_2": ["transformers", "ByT5Tokenizer"],
              "transformer": ["diffusers", "HunyuanVideo15Transformer3DModel"],

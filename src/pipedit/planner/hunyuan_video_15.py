@@ -104,7 +104,8 @@ def spec(name: str, dit: dict, vae: dict, image: bool, dit_params: float | None 
         dual_layers=int(dit["num_layers"]), single_layers=0, mlp_ratio=float(dit.get("mlp_ratio", 4.0)),
         text_tokens=MLLM_TOKENS + GLYPH_TOKENS + (IMAGE_TOKENS if image else 0), cross_attention=False,
         cfg_batch=2, dit_params=dit_params or params(dit), patch=(patch_t, patch, patch),
-        latent_channels=int(vae["latent_channels"]), vae={**VAE, **vae}, vae_params=vae_params or params({**VAE, **vae}),
+        latent_channels=int(vae["latent_channels"]), vae={**VAE, **vae},
+        vae_params=vae_params or params({**VAE, **vae}),
         text_encoders=encoders, text_beside_vae=True,
     )
 
