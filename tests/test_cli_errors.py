@@ -67,7 +67,8 @@ def test_malformed_model_index(capsys, tmp_path):
 def test_unsupported_pipeline(capsys, tmp_path):
     (tmp_path / "model_index.json").write_text(json.dumps({"_class_name": "StableDiffusionPipeline"}))
     code, err = _run(capsys, _generate("--model-path", tmp_path))
-    assert code == 2 and "supported pipelines: HunyuanVideoPipeline" in err
+    assert code == 2 and "supported pipelines: HunyuanVideo15ImageToVideoPipeline, HunyuanVideo15Pipeline, " \
+                         "HunyuanVideoPipeline" in err
 
 
 @pytest.mark.parametrize("missing", ["transformer/config.json", "vae", "tokenizer/tokenizer.json"])

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import numpy as np
 import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 from diffusers.utils.torch_utils import randn_tensor
@@ -21,9 +20,10 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams, scheduler_for, shift_parameter
+from pipedit.sampling import SamplingParams, shift_parameter
 
 from .parallel import TextKeys, install_processors
+from .sampler import make_scheduler
 from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
 
 LLAMA_MAX_TOKENS = 256
@@ -186,11 +186,7 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
         return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
 
     def make_scheduler(self, sampling: SamplingParams):
-        scheduler = scheduler_for(self.components["scheduler"], sampling)
-        sigmas = np.linspace(1.0, 0.0, sampling.steps + 1)[:-1]
-        scheduler.set_timesteps(sigmas=sigmas, device=self.device)
-        scheduler.set_begin_index(0)
-        return scheduler, scheduler.timesteps
+        return make_scheduler(self.components["scheduler"], sampling, self.device)
 
     @torch.no_grad()
     def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:

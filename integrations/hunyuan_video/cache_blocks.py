@@ -28,7 +28,8 @@ def _modulated_input(block, args: tuple, kwargs: dict) -> torch.Tensor:
 
 def cache_blocks(transformer) -> CacheBlocks:
     return CacheBlocks(
-        blocks=(*transformer.transformer_blocks, *transformer.single_transformer_blocks),
+        # HunyuanVideo 1.5 has dual-stream blocks only (the same signature and outputs).
+        blocks=(*transformer.transformer_blocks, *getattr(transformer, "single_transformer_blocks", ())),
         streams_in=_streams_in,
         streams_out=lambda output: (output[0], output[1]),
         pack=tuple,

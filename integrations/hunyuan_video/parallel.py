@@ -90,8 +90,9 @@ class SequenceParallelAttnProcessor:
         started, (text_q, text_k, text_v) = self._video_and_text(
             attn, hidden_states, encoder_hidden_states, image_rotary_emb
         )
-        # The model's mask is [B, 1, 1, S_local + L]: video keys are always valid, text keys padded.
-        mask = attention_mask[:, 0, 0, -text_len:] if attention_mask is not None and self.text_keys.padded else None
+        # The model's mask ends in the text keys' validity: HunyuanVideo's is [B, 1, 1, S_local + L]
+        # (video keys always valid), HunyuanVideo 1.5's [B, L] (its text and image tokens only).
+        mask = attention_mask.flatten(1)[:, -text_len:] if attention_mask is not None and self.text_keys.padded else None
         joint = {"joint_q": text_q, "joint_k": text_k, "joint_v": text_v, "joint_kv_mask": mask}
         if self.overlapped:
             q_h, k_h, v_h = (pending.wait() for pending in started)

@@ -289,3 +289,34 @@ register(Family(
                           (f"{_INTEGRATIONS}.wan.image_condition:first_frame_video",
                            "pipedit.dryrun.models:fake_first_frame_video"))),
 ))
+
+register(Family(
+    name="hunyuan-video-1.5",
+    adapter=f"{_INTEGRATIONS}.hunyuan_video_15.adapter:HunyuanVideo15Adapter",
+    pipelines=("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
+    planner=Planner(full_size="pipedit.planner.hunyuan_video_15:SIZES",
+                    from_checkpoint="pipedit.planner.hunyuan_video_15:from_checkpoint",
+                    vae_flops="pipedit.planner.hunyuan_video_15:decode_flops",
+                    vae_peak="pipedit.planner.hunyuan_video_15:decode_peak_bytes",
+                    decode_split="pipedit.planner.split_decode:UNSPLIT"),
+    demo=Demo(ensure=f"{_INTEGRATIONS}.hunyuan_video_15.demo_checkpoint:ensure_demo_checkpoint",
+              write=f"{_INTEGRATIONS}.hunyuan_video_15.demo_checkpoint:write_preset",
+              presets=f"{_INTEGRATIONS}.hunyuan_video_15.presets:described",
+              about="a tiny HunyuanVideo 1.5 in the diffusers layout (the --preset names which)"),
+    dry_run=DryRun(released="pipedit.dryrun.released_hunyuan_video_15:write_release",
+                   fakes=((f"{_INTEGRATIONS}.hunyuan_video_15.adapter:load_component",
+                           "pipedit.dryrun.hunyuan_video_15:fake_hunyuan_video_15_component"),
+                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_mllm",
+                           "pipedit.dryrun.hunyuan_video_15:fake_qwen_encode"),
+                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_glyphs",
+                           "pipedit.dryrun.hunyuan_video_15:fake_byt5_encode"),
+                          (f"{_INTEGRATIONS}.hunyuan_video_15.image_condition:image_pixels",
+                           "pipedit.dryrun.hunyuan_video_15:fake_image_pixels")),
+                   tiling=f"{_INTEGRATIONS}.hunyuan_video_15.adapter"),
+    # No TeaCache coefficients are published for HunyuanVideo 1.5 (TeaCache's sets cover HunyuanVideo,
+    # Wan2.1 and others): refused, fbcache runs.
+    teacache=None,
+    # diffusers 0.42.1 has no LoRA loader mixin for HunyuanVideo 1.5 (its transformer takes PEFT
+    # adapters, but no pipeline reads LoRA files for it): refused.
+    lora=None,
+))

@@ -83,6 +83,22 @@ def test_step_cache_wraps_the_compiled_blocks(demo_checkpoint):
 
 
 @needs_compiler
+@pytest.mark.slow
+def test_hunyuan_video_15_compiled_equals_eager(tmp_path_factory):
+    """HunyuanVideo 1.5's dual-stream blocks compiled around pipedit's attention processor, with
+    guidance (both branches in one forward, a masked text key set: the empty negative prompt is
+    shorter): the contract's 1e-4 relative to the latents' size."""
+    from pipedit.integrations.hunyuan_video_15.demo_checkpoint import write_demo_checkpoint
+
+    checkpoint = write_demo_checkpoint(tmp_path_factory.mktemp("hv15") / "demo")
+    eager = _latents(checkpoint, CASE, compile=False)
+    before = _graphs()
+    compiled = _latents(checkpoint, CASE, compile=True)
+    assert _graphs() > before
+    assert (compiled - eager).abs().max().item() <= 1e-4 * eager.abs().max().item()
+
+
+@needs_compiler
 def test_ulysses_2_compiled_equals_eager(osp_demo):
     """OpenSoraPlan on two spawned gloo ranks (its Q/K/V overlap starts an all-to-all after each
     projection; Skiparse layers), one forward eager then compiled on each rank: the attention
