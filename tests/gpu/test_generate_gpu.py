@@ -62,6 +62,18 @@ def test_opensora_plan_bf16_on_gpu_matches_cpu_float32(osp_demo):
     assert gpu.frames.shape == cpu.frames.shape == (9, 32, 48, 3)
 
 
+@pytest.mark.parametrize("model", ["wan", "hunyuan-video-1.5"])
+def test_other_families_bf16_on_gpu_match_cpu_float32(model, tmp_path):
+    """The tiny Wan2.1 and HunyuanVideo 1.5 demos in bf16 on the GPU (their attention and
+    rotary code on CUDA), written by `pipedit demo-checkpoint`."""
+    from pipedit.cli import main
+
+    assert main(["demo-checkpoint", "--model", model, str(tmp_path / model)]) == 0
+    video = VideoRequest("a red fox running through fresh snow", height=48, width=80, num_frames=5, steps=3, seed=1)
+    gpu, cpu, _ = _bf16_against_cpu(f"{model} demo", tmp_path / model, video)
+    assert gpu.frames.shape == cpu.frames.shape == (5, 48, 80, 3)
+
+
 def test_full_width_step_time(full_width_checkpoint):
     """Per-step time of the full-width DiT (2+2 blocks) at 544x960x33 (18,360 video tokens)."""
     video = VideoRequest("a red fox running through fresh snow", height=544, width=960, num_frames=33, steps=4)
