@@ -56,31 +56,43 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *
     serve Swagger UI at /docs (serve.docs; its script comes from a CDN, see headers.py)."""
     if not set(admin_keys) <= set(api_keys):
         raise ValueError("admin_keys must also be api_keys")
+    app = guarded_app(service.limits, host, allowed_hosts, docs=docs)
+    auth = bearer_check(tuple(api_keys), tuple(admin_keys))
+    app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
+
+    @app.get("/healthz", responses={503: {"model": ErrorBody}})
+    def healthz():
+        return health_reply(*service.health())
+
+    add_web_page(app, service, tuple(api_keys))
+    return app
+
+
+def guarded_app(limits, host: str | None, allowed_hosts, *, docs: bool = False) -> FastAPI:
+    """A FastAPI app with pipedit's error bodies, request guard (Host names, cross-site writes,
+    body caps and timeouts from `limits`, a ServiceLimits) and security headers: the API's, and the
+    /healthz front's (health_front.py)."""
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
                   default_response_class=SafeJSONResponse, docs_url=None, redoc_url=None)
     if docs:
         add_docs(app)
     install_error_handlers(app)
-    limits = service.limits
     app.add_middleware(RequestGuard, max_body_bytes=getattr(limits, "max_body_bytes", 1 << 20),
                        loopback=host is None or is_loopback(host), allowed_hosts=tuple(allowed_hosts),
                        max_upload_bytes=getattr(limits, "max_upload_bytes", None), upload_paths=("/v1/videos",),
                        **{name: getattr(limits, name) for name in ("body_timeout_s", "body_min_rate", "linger_s")
                           if hasattr(limits, name)})
     app.add_middleware(SecurityHeaders, docs=docs)  # outermost: the guard's refusals carry the headers too
-    auth = bearer_check(tuple(api_keys), tuple(admin_keys))
-    app.include_router(_videos(service, auth), dependencies=[Depends(auth)])
-
-    @app.get("/healthz", responses={503: {"model": ErrorBody}})
-    def healthz():
-        status, reason = service.health()
-        if status != "down":  # degraded: a rank group rebuild is under way; jobs still queue
-            return {"status": status, **({"reason": reason} if reason else {})}
-        body = ApiError(503, "the engine cannot take work", type="server_error", code="engine_unavailable")
-        return JSONResponse(body.body(), status_code=503)
-
-    add_web_page(app, service, tuple(api_keys))
     return app
+
+
+def health_reply(status: str, reason: str | None):
+    """/healthz's answer to ("ok" | "degraded" | "down", reason): 200 with the status (degraded:
+    jobs still queue and run, see the reason), or 503 engine_unavailable when down."""
+    if status != "down":
+        return {"status": status, **({"reason": reason} if reason else {})}
+    body = ApiError(503, reason or "the engine cannot take work", type="server_error", code="engine_unavailable")
+    return JSONResponse(body.body(), status_code=503)
 
 
 def _videos(service: JobService, auth) -> APIRouter:

@@ -27,6 +27,7 @@ from pipedit.config import EngineConfig, load_config
 from pipedit.errors import UserInputError
 
 APP_NAME = "pipedit"
+DEPLOYMENT_NAME = "PipeditServer"
 SHUTDOWN_MARGIN_S = 15.0  # a replica's shutdown beyond its grace period: closing the engine and the store
 
 
@@ -99,7 +100,7 @@ class PipeditServer:
         import ray
 
         self.config = config
-        _replica_grpc_on_loopback()
+        replica_grpc_on_loopback()
         data_folder.check(data_dir_for(config), ray.util.get_node_ip_address())
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
                                     limits=limits_for(config), owner=_replica_owner())
@@ -113,6 +114,10 @@ class PipeditServer:
         serve = self.config.serve
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
                          allowed_hosts=serve.allowed_hosts, docs=serve.docs)
+
+    def health(self) -> tuple[str, str | None]:
+        """This replica's (status, reason), for the /healthz front (health_front.py)."""
+        return self.service.health()
 
     def check_health(self):
         """Serve calls this every few seconds (health_check_period_s); after a few failures in a row
@@ -129,7 +134,7 @@ class PipeditServer:
             service.shutdown(grace_s=self.config.serve.stop_grace_s)
 
 
-def _replica_grpc_on_loopback() -> None:
+def replica_grpc_on_loopback() -> None:
     """Ray Serve 2.60 opens each replica's inter-deployment gRPC server on every interface
     ("[::]:0" in ray/serve/_private/replica.py), whatever the node's address. On an instance of
     our own, whose node address is loopback (pipedit.runtime.ray_instance), it is bound there like
@@ -170,12 +175,28 @@ def build_application(config: EngineConfig, data_mark: str | None = None):
     options = deployment_options(config, data_mark)
     # Serve kills a replica whose shutdown takes longer than graceful_shutdown_timeout_s: room for
     # the grace period, then closing the engine (its rank actors).
-    return serve.deployment(PipeditServer, name="PipeditServer", num_replicas=config.serve.num_replicas,
+    return serve.deployment(PipeditServer, name=DEPLOYMENT_NAME, num_replicas=config.serve.num_replicas,
                             max_ongoing_requests=256, graceful_shutdown_timeout_s=config.serve.stop_grace_s + SHUTDOWN_MARGIN_S,
                             **options).bind(config)
 
 
+def run_applications(config: EngineConfig, data_mark: str | None = None) -> None:
+    """Deploys the API (route "/") and its /healthz front (health_front.py), without waiting."""
+    from .health_front import HEALTH_APP, HEALTH_ROUTE, build_health_front
+
+    serve.run(build_application(config, data_mark), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_health_front(config), name=HEALTH_APP, route_prefix=HEALTH_ROUTE, blocking=False)
+
+
+def running_replicas() -> int:
+    """The API's replicas Serve reports running (0 before the app exists); raises what Serve's
+    controller raises while it cannot say."""
+    app = serve.status().applications.get(APP_NAME)
+    return 0 if app is None else app.deployments[DEPLOYMENT_NAME].replica_states.get("RUNNING", 0)
+
+
 def app_builder(args: dict):
-    """For `serve run pipedit.serve.deployment:app_builder config=configs/demo-cpu.yaml`."""
+    """For `serve run pipedit.serve.deployment:app_builder config=configs/demo-cpu.yaml` (the API
+    alone: its replicas answer /healthz themselves)."""
     config = load_config(args["config"]) if args.get("config") else EngineConfig()
     return build_application(config)

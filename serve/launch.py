@@ -23,6 +23,7 @@ from .placement import check_placement, cluster_nodes, replica_demand
 HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
 PROGRESS_S = 15.0  # how often a start that takes long says what Serve reports
 STOP_TIMEOUT_S = 15.0
+FAILED = ("DEPLOY_FAILED", "UNHEALTHY")  # Serve's application states that end a start
 
 
 class Stop(Exception):
@@ -55,8 +56,6 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     if Serve already listens elsewhere)."""
     from pipedit.runtime.ray_instance import stop_ray
 
-    from .deployment import APP_NAME
-
     _stop_on_signals()
     owns_ray, running_port, how, served = False, None, None, []
     try:
@@ -70,7 +69,7 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
         # Interrupted while starting on an instance of our own: no replica has run a job; Ray's end
         # takes everything at once.
         if served or not owns_ray:
-            _stop(APP_NAME, stop_serve=running_port is None and not owns_ray, grace_s=config.serve.stop_grace_s)
+            _stop(stop_serve=running_port is None and not owns_ray, grace_s=config.serve.stop_grace_s)
         stop_ray(owns_ray)
     print(f"pipedit: stopped on {how}: {'Serve and Ray' if owns_ray else 'the app'} shut down; unfinished jobs "
           f"wait in the job store for the next start", flush=True)
@@ -83,7 +82,7 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     until a Stop."""
     from ray import serve
 
-    from .deployment import APP_NAME, build_application
+    from .deployment import run_applications
     from .service import data_dir_for
 
     check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
@@ -95,7 +94,7 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     serve.start(proxy_location=config.serve.proxy_location,
                 http_options={"host": config.serve.host, "port": port,
                               "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
-    serve.run(build_application(config, mark), name=APP_NAME, route_prefix="/", blocking=False)
+    run_applications(config, mark)
     url = f"http://{_display_host(config.serve.host)}:{port}"
     _wait_healthy(url)
     served.append(url)
@@ -128,13 +127,10 @@ def replica_count_line(running: int, wanted: int) -> str:
 
 def _running_replicas() -> int | None:
     """Replicas Serve reports running; None while it cannot say."""
-    from ray import serve
-
-    from .deployment import APP_NAME
+    from .deployment import running_replicas
 
     try:
-        app = serve.status().applications.get(APP_NAME)
-        return None if app is None else app.deployments["PipeditServer"].replica_states.get("RUNNING", 0)
+        return running_replicas()
     except Stop:  # SIGTERM or Ctrl-C arrived meanwhile: the server stops
         raise
     except Exception:  # noqa: BLE001 - the controller restarting: ask again next time
@@ -180,20 +176,25 @@ def _serve_port(wanted: int, port_given: bool, running: int | None) -> int:
     return running
 
 
-def _stop(app_name: str, stop_serve: bool, grace_s: float) -> None:
-    """Stops what this process started, within grace_s + STOP_TIMEOUT_S: the app first (its
-    replicas take no new job, let running ones finish for grace_s and hand the rest back to the
-    store's queue: PipeditServer.__del__), then Serve when `stop_serve` (we started it on a shared
-    cluster; on an instance of our own Ray's end takes it); the caller then ends Ray."""
+def _stop(stop_serve: bool, grace_s: float) -> None:
+    """Stops what this process started, within grace_s + STOP_TIMEOUT_S: the /healthz front and the
+    API at once (the API's replicas take no new job, let running ones finish for grace_s and hand
+    the rest back to the store's queue: PipeditServer.__del__), then Serve when `stop_serve` (we
+    started it on a shared cluster; on an instance of our own Ray's end takes it); the caller then
+    ends Ray."""
     import ray
     from ray import serve
+
+    from .deployment import APP_NAME
+    from .health_front import HEALTH_APP
 
     if not ray.is_initialized():
         return
 
     def stop():
         try:
-            serve.delete(app_name)
+            serve.delete(HEALTH_APP, _blocking=False)  # not first: the API's grace would wait for it
+            serve.delete(APP_NAME)
             if stop_serve:
                 serve.shutdown()
         except Exception as error:  # noqa: BLE001 - stopping anyway; Ray's end takes what is left
@@ -224,7 +225,7 @@ def _wait_healthy(url: str) -> None:
         except (urllib.error.URLError, OSError):
             pass
         status, message = _app_status()
-        if status in ("DEPLOY_FAILED", "UNHEALTHY"):
+        if status in FAILED:
             raise RuntimeError(f"the server did not start ({status}): {message}")
         if time.monotonic() >= next_report:
             print(f"pipedit: still starting ({status}){': ' + message if message else ''}", file=sys.stderr,
@@ -235,19 +236,24 @@ def _wait_healthy(url: str) -> None:
 
 
 def _app_status() -> tuple[str, str]:
-    """(application status, the most telling message: the app's, else a deployment's)."""
+    """(application status, the most telling message: the app's, else a deployment's): the API's,
+    or the /healthz front's when that one failed."""
     from ray import serve
 
     from .deployment import APP_NAME
+    from .health_front import HEALTH_APP
 
     try:
-        app = serve.status().applications.get(APP_NAME)
+        applications = serve.status().applications
     except Exception:  # noqa: BLE001 - the controller is still starting
         return "STARTING", ""
-    if app is None:
-        return "STARTING", ""
-    messages = [app.message] + [d.message for d in app.deployments.values()]
-    return str(getattr(app.status, "value", app.status)), next((m for m in messages if m), "")
+    reports = []
+    for app in (applications.get(HEALTH_APP), applications.get(APP_NAME)):
+        if app is not None:
+            messages = [app.message] + [d.message for d in app.deployments.values()]
+            reports.append((str(getattr(app.status, "value", app.status)), next((m for m in messages if m), "")))
+    failed = [report for report in reports if report[0] in FAILED]
+    return (failed or reports[-1:] or [("STARTING", "")])[0]
 
 
 def _call(method: str, url: str, keys, body: dict | None = None) -> dict:

@@ -1,0 +1,101 @@
+"""/healthz answered on the head node: a one-replica Serve application of its own, routed at
+/healthz (Serve's proxies match the longest route prefix; the API's app keeps "/").
+
+Why: Serve's proxy hands every request to a replica. When a worker node dies, a request in flight
+on its replica is answered 500, and the next ones wait, up to 2 s as measured, until Serve's router
+learns that replica is gone. A probe must not travel there. The front lives on the head node
+(Ray's `node:__internal_head__` resource, which only the head has and which lives as long as the
+cluster), so the proxy always reaches it; the front asks a replica through a deployment handle,
+with a deadline, and past the deadline answers from Serve's own count of running replicas.
+
+The answer (api.health_reply): a replica's own health (ok | degraded | down, with its reason);
+degraded when fewer replicas run than serve.num_replicas, or when no replica answered in time
+while some run; down (503) when none runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from ray import serve
+
+from pipedit.config import EngineConfig
+
+HEALTH_APP = "pipedit-health"
+HEALTH_ROUTE = "/healthz"
+REPLICA_DEADLINE_S = 0.5  # a replica's answer; then the front answers from Serve's count, within a second
+HEAD_NODE = {"node:__internal_head__": 0.001}  # a fraction of the head's own marker: only there
+
+
+def front_answer(replica: tuple[str, str | None] | None, running: int | None,
+                 wanted: int) -> tuple[str, str | None]:
+    """The front's (status, reason). `replica`: what a replica answered (None: none in time);
+    `running`: replicas Serve reports running (None: Serve could not say); `wanted`:
+    serve.num_replicas."""
+    fewer = running is not None and running < wanted
+    count = f"{running} of {wanted} replicas running; Serve starts the others where there is room"
+    if replica is None:
+        if running == 0:
+            return "down", f"no replica is running ({count})"
+        what = count if fewer else ("Serve cannot say how many run" if running is None else f"{running} running")
+        return "degraded", f"no replica answered within {REPLICA_DEADLINE_S:g} s ({what})"
+    status, reason = replica
+    if status == "ok" and fewer:
+        return "degraded", count
+    return status, reason
+
+
+@serve.ingress()
+class HealthFront:
+    def __init__(self, config: EngineConfig):
+        from .deployment import APP_NAME, DEPLOYMENT_NAME, replica_grpc_on_loopback
+
+        replica_grpc_on_loopback()
+        self.config = config
+        self.replicas = serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
+
+    def __serve_build_asgi_app__(self):
+        from .api import guarded_app, health_reply
+        from .schemas import ErrorBody
+        from .service import limits_for
+
+        serve_config = self.config.serve
+        app = guarded_app(limits_for(self.config), serve_config.host, serve_config.allowed_hosts)
+
+        @app.get("", responses={503: {"model": ErrorBody}})  # the route prefix is the path: /healthz
+        async def healthz():
+            return health_reply(*await self.answer())
+
+        return app
+
+    async def answer(self) -> tuple[str, str | None]:
+        deadline = time.monotonic() + REPLICA_DEADLINE_S
+        replica = None
+        for _ in range(2):  # once more if the first replica asked is gone (its node died)
+            response = self.replicas.health.remote()
+            try:
+                replica = await asyncio.wait_for(response, max(0.0, deadline - time.monotonic()))
+                break
+            except asyncio.TimeoutError:
+                response.cancel()
+                break
+            except Exception:  # noqa: BLE001 - the replica died or is stopping: ask another
+                continue
+        running = await asyncio.to_thread(running_replicas)
+        return front_answer(replica, running, self.config.serve.num_replicas)
+
+
+def running_replicas() -> int | None:
+    """The API's replicas Serve reports running; None while it cannot say."""
+    from .deployment import running_replicas as reported
+
+    try:
+        return reported()
+    except Exception:  # noqa: BLE001 - the controller restarting
+        return None
+
+
+def build_health_front(config: EngineConfig):
+    return serve.deployment(HealthFront, name="HealthFront", num_replicas=1, max_ongoing_requests=64,
+                            ray_actor_options={"num_cpus": 0, "resources": HEAD_NODE}).bind(config)

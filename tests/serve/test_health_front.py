@@ -1,0 +1,90 @@
+"""The /healthz front (serve/health_front.py) without Serve: its answer from a replica's health and
+Serve's replica count, the deadline on a replica that does not answer, and its HTTP face (the
+API's Host guard, headers and 503 body). On a cluster: tests/cluster/test_replicas_on_nodes.py."""
+
+import asyncio
+import time
+from types import SimpleNamespace
+
+from fastapi.testclient import TestClient
+
+from pipedit.config import EngineConfig, ServeConfig
+from pipedit.serve import health_front
+from pipedit.serve.health_front import REPLICA_DEADLINE_S, HealthFront, front_answer
+
+
+def test_the_answer_from_a_replica_and_the_count():
+    assert front_answer(("ok", None), 2, 2) == ("ok", None)
+    assert front_answer(("degraded", "rebuilding"), 2, 2) == ("degraded", "rebuilding")
+    assert front_answer(("down", "stopping"), 1, 2) == ("down", "stopping")
+    status, reason = front_answer(("ok", None), 1, 2)
+    assert status == "degraded" and reason.startswith("1 of 2 replicas running")
+    assert front_answer(("ok", None), None, 2) == ("ok", None)  # Serve cannot say: the replica's word
+    assert front_answer(None, 2, 2) == ("degraded", f"no replica answered within {REPLICA_DEADLINE_S:g} s (2 running)")
+    assert front_answer(None, None, 2)[0] == "degraded"
+    status, reason = front_answer(None, 0, 2)
+    assert status == "down" and "no replica is running (0 of 2" in reason
+
+
+class _Replicas:
+    """A deployment handle whose replicas answer `answers` in turn: a tuple, an exception to
+    raise, or None (never answers)."""
+
+    def __init__(self, *answers):
+        self.answers, self.cancelled = list(answers), 0
+        self.health = SimpleNamespace(remote=self._remote)
+
+    def _remote(self):
+        answer = self.answers.pop(0)
+        replicas = self
+
+        class Response:
+            def __await__(self):
+                if answer is None:
+                    yield from asyncio.sleep(3600).__await__()
+                if isinstance(answer, Exception):
+                    raise answer
+                return answer
+
+            def cancel(self):
+                replicas.cancelled += 1
+
+        return Response()
+
+
+def _front(replicas, running, monkeypatch, **serve):
+    monkeypatch.setattr(health_front, "running_replicas", lambda: running)
+    front = SimpleNamespace(config=EngineConfig(serve=ServeConfig(num_replicas=2, **serve)), replicas=replicas)
+    front.answer = lambda: HealthFront.answer(front)
+    return front
+
+
+def test_a_replica_that_does_not_answer_meets_the_deadline(monkeypatch):
+    replicas = _Replicas(None)
+    started = time.monotonic()
+    answer = asyncio.run(_front(replicas, 2, monkeypatch).answer())
+    assert time.monotonic() - started < REPLICA_DEADLINE_S + 0.4
+    assert answer[0] == "degraded" and replicas.cancelled == 1
+    replicas = _Replicas(RuntimeError("the replica's actor died"), ("ok", None))  # the second is asked
+    assert asyncio.run(_front(replicas, 2, monkeypatch).answer()) == ("ok", None)
+
+
+def test_the_http_face_is_the_apis(monkeypatch):
+    front = _front(_Replicas(("ok", None), RuntimeError("gone"), RuntimeError("gone")), 0, monkeypatch)
+    monkeypatch.setattr(health_front, "running_replicas", lambda: 2)
+    client = TestClient(HealthFront.__serve_build_asgi_app__(front), root_path="/healthz", base_url="http://127.0.0.1")
+    reply = client.get("/healthz")
+    assert reply.status_code == 200 and reply.json() == {"status": "ok"}
+    assert reply.headers["X-Content-Type-Options"] == "nosniff"
+    monkeypatch.setattr(health_front, "running_replicas", lambda: 0)
+    reply = client.get("/healthz")
+    assert reply.status_code == 503 and reply.json()["error"]["code"] == "engine_unavailable"
+    assert "no replica is running" in reply.json()["error"]["message"]
+    refused = client.get("/healthz", headers={"Host": "rebinding.example"})  # bound to loopback
+    assert refused.status_code == 400 and refused.json()["error"]["code"] == "host_not_allowed"
+
+
+def test_a_server_on_every_address_answers_any_host(monkeypatch):
+    front = _front(_Replicas(("ok", None)), 2, monkeypatch, host="0.0.0.0")
+    client = TestClient(HealthFront.__serve_build_asgi_app__(front), root_path="/healthz", base_url="http://127.0.0.1")
+    assert client.get("/healthz", headers={"Host": "videos.example"}).status_code == 200
