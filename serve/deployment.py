@@ -180,14 +180,6 @@ def build_application(config: EngineConfig, data_mark: str | None = None):
                             **options).bind(config)
 
 
-def run_applications(config: EngineConfig, data_mark: str | None = None) -> None:
-    """Deploys the API (route "/") and its /healthz front (health_front.py), without waiting."""
-    from .health_front import HEALTH_APP, HEALTH_ROUTE, build_health_front
-
-    serve.run(build_application(config, data_mark), name=APP_NAME, route_prefix="/", blocking=False)
-    serve.run(build_health_front(config), name=HEALTH_APP, route_prefix=HEALTH_ROUTE, blocking=False)
-
-
 def running_replicas() -> int:
     """The API's replicas Serve reports running (0 before the app exists); raises what Serve's
     controller raises while it cannot say."""

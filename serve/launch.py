@@ -82,7 +82,6 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     until a Stop."""
     from ray import serve
 
-    from .deployment import run_applications
     from .service import data_dir_for
 
     check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
@@ -103,6 +102,17 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     if demo_prompt:
         print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
     _watch_replicas(config.serve.num_replicas)
+
+
+def run_applications(config: EngineConfig, data_mark: str | None = None) -> None:
+    """Deploys the API (route "/") and its /healthz front (health_front.py), without waiting."""
+    from ray import serve
+
+    from .deployment import APP_NAME, build_application
+    from .health_front import HEALTH_APP, HEALTH_ROUTE, build_health_front
+
+    serve.run(build_application(config, data_mark), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_health_front(config), name=HEALTH_APP, route_prefix=HEALTH_ROUTE, blocking=False)
 
 
 def _watch_replicas(wanted: int) -> None:

@@ -60,7 +60,8 @@ def _replica_nodes() -> dict[str, str]:
 def served(cluster, demo_checkpoint, tmp_path_factory):
     from ray import serve
 
-    from pipedit.serve.deployment import replica_bundles, run_applications, spreads
+    from pipedit.serve.deployment import replica_bundles, spreads
+    from pipedit.serve.launch import run_applications
     from pipedit.serve.placement import check_placement, cluster_nodes, replica_demand
 
     data = tmp_path_factory.mktemp("cluster-data")  # every node of this test cluster shares the disk
