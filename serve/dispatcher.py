@@ -172,7 +172,11 @@ class Dispatcher:
             with self.lock:
                 if len(self.ours) >= MAX_HELD or getattr(self.engine, "queue_length", 0) > 0:
                     return
-            record = self.store.claim(self.owner, self.lease_s)
+                # A job whose earlier attempt is still in the engine (its lease lapsed in a stall and it
+                # was cancelled here) waits until that attempt's outcome is taken: the engine knows
+                # requests by job id, and that outcome would be taken for the new attempt.
+                running_earlier = set(self.claimed_at).difference(self.ours)
+            record = self.store.claim(self.owner, self.lease_s, skip=running_earlier)
             if record is None:
                 return
             if record.unreadable:  # would fail on every run

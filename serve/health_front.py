@@ -6,7 +6,8 @@ on its replica is answered 500, and the next ones wait, up to 2 s as measured, u
 learns that replica is gone. A probe must not travel there. The front lives on the head node
 (Ray's `node:__internal_head__` resource, which only the head has and which lives as long as the
 cluster), so the proxy always reaches it; the front asks a replica through a deployment handle,
-with a deadline, and past the deadline answers from Serve's own count of running replicas.
+with a deadline, and past the deadline answers from Serve's own count of running replicas (read
+in the background, at most COUNT_EVERY_S old).
 
 The answer (api.health_reply): a replica's own health (ok | degraded | down, with its reason);
 degraded when fewer replicas run than serve.num_replicas, or when no replica answered in time
@@ -22,9 +23,13 @@ from ray import serve
 
 from pipedit.config import EngineConfig
 
+from .deployment import APP_NAME, DEPLOYMENT_NAME, replica_grpc_on_loopback
+from .deployment import running_replicas as reported_running
+
 HEALTH_APP = "pipedit-health"
 HEALTH_ROUTE = "/healthz"
 REPLICA_DEADLINE_S = 0.5  # a replica's answer; then the front answers from Serve's count, within a second
+COUNT_EVERY_S = 1.0  # how stale the replica count may be
 HEAD_NODE = {"node:__internal_head__": 0.001}  # a fraction of the head's own marker: only there
 
 
@@ -49,11 +54,10 @@ def front_answer(replica: tuple[str, str | None] | None, running: int | None,
 @serve.ingress()
 class HealthFront:
     def __init__(self, config: EngineConfig):
-        from .deployment import APP_NAME, DEPLOYMENT_NAME, replica_grpc_on_loopback
-
         replica_grpc_on_loopback()
         self.config = config
         self.replicas = serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
+        self.count = ReplicaCount(running_replicas)
 
     def __serve_build_asgi_app__(self):
         from .api import guarded_app, health_reply
@@ -82,16 +86,32 @@ class HealthFront:
                 break
             except Exception:  # noqa: BLE001 - the replica died or is stopping: ask another
                 continue
-        running = await asyncio.to_thread(running_replicas)
-        return front_answer(replica, running, self.config.serve.num_replicas)
+        return front_answer(replica, await self.count.now(), self.config.serve.num_replicas)
+
+
+class ReplicaCount:
+    """Serve's count of running replicas, read again every COUNT_EVERY_S in the background, so a
+    probe never waits for Serve's controller (a read takes tens of ms, more on a busy head)."""
+
+    def __init__(self, read):
+        self.read, self.running, self.reader = read, None, None
+
+    async def now(self) -> int | None:
+        if self.reader is None:  # the first probe waits for a count: never "cannot say" at start
+            self.running = await asyncio.to_thread(self.read)
+            self.reader = asyncio.get_running_loop().create_task(self._keep_reading())
+        return self.running
+
+    async def _keep_reading(self) -> None:
+        while True:
+            await asyncio.sleep(COUNT_EVERY_S)
+            self.running = await asyncio.to_thread(self.read)
 
 
 def running_replicas() -> int | None:
     """The API's replicas Serve reports running; None while it cannot say."""
-    from .deployment import running_replicas as reported
-
     try:
-        return reported()
+        return reported_running()
     except Exception:  # noqa: BLE001 - the controller restarting
         return None
 

@@ -204,21 +204,21 @@ class JobStore:
             return removed
 
     # -- ownership ------------------------------------------------------------------------
-    def claim(self, owner: str, lease_s: float) -> JobRecord | None:
-        """The oldest free queued job, now owned by `owner` for `lease_s` seconds; None if none."""
+    def claim(self, owner: str, lease_s: float, skip: set[str] | frozenset[str] = frozenset()) -> JobRecord | None:
+        """The oldest free queued job, now owned by `owner` for `lease_s` seconds; None if none.
+        `skip`: ids not to take (the claimer still runs an earlier attempt of them)."""
+        free = [jobs.c.status == "queued", jobs.c.owner.is_(None)] + ([jobs.c.id.not_in(list(skip))] if skip else [])
         for _ in range(5):  # a lost race (another replica took the row first) tries the next one
-            oldest = (select(jobs.c.id).where(jobs.c.status == "queued", jobs.c.owner.is_(None))
-                      .order_by(jobs.c.created_at, jobs.c.id).limit(1)
+            oldest = (select(jobs.c.id).where(*free).order_by(jobs.c.created_at, jobs.c.id).limit(1)
                       .with_for_update(skip_locked=True).scalar_subquery())
-            claim = (update(jobs).where(jobs.c.id == oldest, jobs.c.owner.is_(None), jobs.c.status == "queued")
+            claim = (update(jobs).where(jobs.c.id == oldest, *free)
                      .values(owner=owner, lease_until=self._now + lease_s, attempt=jobs.c.attempt + 1)
                      .returning(*jobs.c))
             with self._writing() as conn:
                 row = conn.execute(claim).first()
                 if row is not None:
                     return _record(row)
-                if not conn.execute(select(func.count()).select_from(jobs).where(
-                        jobs.c.status == "queued", jobs.c.owner.is_(None))).scalar_one():
+                if not conn.execute(select(func.count()).select_from(jobs).where(*free)).scalar_one():
                     return None
         return None
 

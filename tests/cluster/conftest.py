@@ -10,6 +10,9 @@ import pytest
 
 HEAD_CPUS = 1
 WORKER_CPUS = 3  # one 2-rank replica (its bundle and two ranks), or one node's half of a 4-rank group
+# Ray marks a node dead after this many missed health checks this far apart (its defaults: 5 x 3 s),
+# so the node-loss tests wait seconds, not 15, for Ray to see the loss.
+FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 
 
 @pytest.fixture(scope="package")
@@ -24,7 +27,7 @@ def cluster():
     saved_address = os.environ.pop("RAY_ADDRESS", None)
     nodes = Cluster()
     try:
-        head = nodes.add_node(num_cpus=HEAD_CPUS)
+        head = nodes.add_node(num_cpus=HEAD_CPUS, _system_config=FAST_NODE_DEATH)
         workers = [nodes.add_node(num_cpus=WORKER_CPUS) for _ in range(2)]
         ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False)
 

@@ -9,8 +9,7 @@ from types import SimpleNamespace
 from fastapi.testclient import TestClient
 
 from pipedit.config import EngineConfig, ServeConfig
-from pipedit.serve import health_front
-from pipedit.serve.health_front import REPLICA_DEADLINE_S, HealthFront, front_answer
+from pipedit.serve.health_front import COUNT_EVERY_S, REPLICA_DEADLINE_S, HealthFront, ReplicaCount, front_answer
 
 
 def test_the_answer_from_a_replica_and_the_count():
@@ -52,31 +51,50 @@ class _Replicas:
         return Response()
 
 
-def _front(replicas, running, monkeypatch, **serve):
-    monkeypatch.setattr(health_front, "running_replicas", lambda: running)
-    front = SimpleNamespace(config=EngineConfig(serve=ServeConfig(num_replicas=2, **serve)), replicas=replicas)
+def _front(replicas, running, **serve):
+    """A HealthFront over `replicas` whose Serve reports `running[0]` replicas running."""
+    front = SimpleNamespace(config=EngineConfig(serve=ServeConfig(num_replicas=2, **serve)), replicas=replicas,
+                            count=ReplicaCount(lambda: running[0]))
     front.answer = lambda: HealthFront.answer(front)
     return front
 
 
-def test_a_replica_that_does_not_answer_meets_the_deadline(monkeypatch):
+def test_a_replica_that_does_not_answer_meets_the_deadline():
     replicas = _Replicas(None)
     started = time.monotonic()
-    answer = asyncio.run(_front(replicas, 2, monkeypatch).answer())
+    answer = asyncio.run(_front(replicas, [2]).answer())
     assert time.monotonic() - started < REPLICA_DEADLINE_S + 0.4
     assert answer[0] == "degraded" and replicas.cancelled == 1
     replicas = _Replicas(RuntimeError("the replica's actor died"), ("ok", None))  # the second is asked
-    assert asyncio.run(_front(replicas, 2, monkeypatch).answer()) == ("ok", None)
+    assert asyncio.run(_front(replicas, [2]).answer()) == ("ok", None)
 
 
-def test_the_http_face_is_the_apis(monkeypatch):
-    front = _front(_Replicas(("ok", None), RuntimeError("gone"), RuntimeError("gone")), 0, monkeypatch)
-    monkeypatch.setattr(health_front, "running_replicas", lambda: 2)
+def test_the_count_is_read_at_the_first_probe_then_in_the_background():
+    running = [0]
+    front = _front(_Replicas(*[("ok", None)] * 3), running)
+
+    async def probes():
+        first = await front.answer()
+        running[0] = 2
+        second = await front.answer()  # the count read at the first probe, not yet again
+        await asyncio.sleep(COUNT_EVERY_S + 0.3)
+        return first, second, await front.answer()
+
+    first, second, third = asyncio.run(probes())
+    assert first[0] == second[0] == "degraded" and first[1].startswith("0 of 2 replicas running")
+    assert third == ("ok", None)
+
+
+def test_the_http_face_is_the_apis():
+    running = [2]
+    front = _front(_Replicas(("ok", None), RuntimeError("gone"), RuntimeError("gone")), running)
+    front.count.reader = "read elsewhere"  # each answer takes the count as it is now
+    front.count.running = 2
     client = TestClient(HealthFront.__serve_build_asgi_app__(front), root_path="/healthz", base_url="http://127.0.0.1")
     reply = client.get("/healthz")
     assert reply.status_code == 200 and reply.json() == {"status": "ok"}
     assert reply.headers["X-Content-Type-Options"] == "nosniff"
-    monkeypatch.setattr(health_front, "running_replicas", lambda: 0)
+    front.count.running = 0
     reply = client.get("/healthz")
     assert reply.status_code == 503 and reply.json()["error"]["code"] == "engine_unavailable"
     assert "no replica is running" in reply.json()["error"]["message"]
@@ -84,7 +102,7 @@ def test_the_http_face_is_the_apis(monkeypatch):
     assert refused.status_code == 400 and refused.json()["error"]["code"] == "host_not_allowed"
 
 
-def test_a_server_on_every_address_answers_any_host(monkeypatch):
-    front = _front(_Replicas(("ok", None)), 2, monkeypatch, host="0.0.0.0")
+def test_a_server_on_every_address_answers_any_host():
+    front = _front(_Replicas(("ok", None)), [2], host="0.0.0.0")
     client = TestClient(HealthFront.__serve_build_asgi_app__(front), root_path="/healthz", base_url="http://127.0.0.1")
     assert client.get("/healthz", headers={"Host": "videos.example"}).status_code == 200

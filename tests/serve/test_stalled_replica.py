@@ -3,12 +3,13 @@ renewing the leases of the jobs it holds, claims nothing new and says it is unfi
 check_health), so another replica runs its jobs; once a rebuild works it is fit again."""
 
 import threading
+import time
 from types import SimpleNamespace
 
 import pytest
 import torch
 
-from pipedit.request import VideoRequest, VideoResult
+from pipedit.request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.runtime.rank_failure import RankGroupError
 from pipedit.serve.schemas import VideoCreateParams
@@ -60,6 +61,53 @@ def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
         stalled.shutdown()
         if other is not None:
             other.close()
+
+
+def _retry_runs_until_cancelled(run, request: VideoRequest):
+    """The first run breaks the rank group; the engine's own retry (after the rebuild) runs until
+    it is cancelled, and ends half a second later; later runs make a grey video."""
+    if len(run.submits) == 1:
+        yield from run.failed(request, "denoise", RankGroupError("rank 2 (denoise) died: its node is gone", 2))
+    elif len(run.submits) == 2:
+        while not run.is_cancelled(request.request_id):
+            time.sleep(0.01)
+        time.sleep(0.5)  # a pipeline notices a cancellation at its next step
+        run.emit(RequestEvent(request.request_id, RequestStatus.CANCELLED))
+        yield RequestFailure(request.request_id, "denoise", RequestCancelled(request.request_id))
+    else:
+        run.emit(RequestEvent(request.request_id, RequestStatus.DONE))
+        yield VideoResult(request.request_id, torch.full((5, 8, 8, 3), 0.5), torch.zeros(1))
+
+
+def test_the_only_replica_runs_its_job_again_after_a_stall_and_its_old_attempt_cancels_nothing(tmp_path):
+    """What a replica whose rank group spans nodes meets when it loses one and no other replica
+    runs: the stall lets the lease lapse and the job goes back to the queue; once rebuilt, the
+    replica cancels its old attempt (still in its engine) and takes the job again. The old
+    attempt's cancellation must not end the new one: the job completes as attempt 2."""
+    engine = FakeEngine(_retry_runs_until_cancelled, retries=5)
+    node_back = threading.Event()
+    loop = EngineLoop(engine)
+    engine.started.wait(5)
+    real_recover = engine.run.recover
+
+    def recover():
+        if not node_back.is_set():
+            raise RuntimeError("this replica's placement group is RESCHEDULING")
+        return real_recover()
+
+    engine.run.recover = recover
+    service = service_on(loop, tmp_path, lease_s=1.0, owner="only")
+    try:
+        job = service.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: loop.stalled, timeout=15)
+        wait_for(lambda: service.store.get(job.id).owner is None, timeout=10)  # the lease lapsed
+        node_back.set()
+        wait_for(lambda: service.store.get(job.id).status not in ("queued", "in_progress"), timeout=20)
+        done = service.store.get(job.id)
+        assert (done.status, done.owner, done.attempt) == ("completed", "only", 2), done
+        assert engine.run.submits == [job.id] * 3
+    finally:
+        service.shutdown()
 
 
 def test_a_stopped_engine_loop_is_unfit_but_a_closing_service_is_not(tmp_path):

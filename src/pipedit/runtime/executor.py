@@ -208,12 +208,22 @@ def _rank_bundles(layout: WorldLayout, use_gpu: bool):
     """(placement group, rank -> its bundle's index, whether the group is ours). Inside a Serve
     replica started with placement_group_bundles (serve/deployment.py: the replica's bundle, then
     one per rank; or one per node) the ranks take the replica's bundles, so Serve schedules whole
-    rank groups; elsewhere a group of our own."""
-    from ray.util.placement_group import get_current_placement_group
+    rank groups; elsewhere a group of our own.
+
+    A replica's group that lost a node (Ray's state RESCHEDULING: its bundles there wait for a node
+    with room) is refused at once: ranks started into it would wait, up to rebuild_timeout_s, with
+    the replica's jobs pinned to it. Refused, the rebuild fails, the replica hands its jobs to the
+    others and fails Serve's health check (runtime/engine_loop.py, serve/jobs.py), and a later
+    rebuild works once Ray has placed the group again."""
+    from ray.util.placement_group import get_current_placement_group, placement_group_table
 
     current = get_current_placement_group()
     if current is None:
         return _own_group(layout, use_gpu), (layout.node_of if layout.nodes > 1 else (lambda rank: rank)), True
+    state = placement_group_table(current).get("state")
+    if state != "CREATED":
+        raise RuntimeError(f"this replica's placement group is {state}: a node that held its ranks is gone, and "
+                           f"Ray places them again when a node with room joins")
     need = layout.nodes if layout.nodes > 1 else layout.world_size + 1
     if len(current.bundle_specs) < need:
         raise RuntimeError(f"this replica's placement group has {len(current.bundle_specs)} bundles; "
