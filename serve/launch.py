@@ -203,7 +203,7 @@ def _stop(stop_serve: bool, grace_s: float) -> None:
 
     def stop():
         try:
-            serve.delete(HEALTH_APP, _blocking=False)  # not first: the API's grace would wait for it
+            serve.delete(HEALTH_APP, _blocking=False)  # without waiting: the API's stop starts at once
             serve.delete(APP_NAME)
             if stop_serve:
                 serve.shutdown()
