@@ -4,7 +4,7 @@ on the other), the replica finds the data folder pipedit serve marked, and a job
 
 Then the node that holds only ranks is removed and a job is sent: the rebuild is refused while
 Ray's placement group lacks that node (rather than waiting rebuild_timeout_s with the job pinned),
-/healthz answers 200 within 1 s throughout and says why; a node joins, Ray places the group's
+/healthz answers 200 throughout (within 2 s here) and says why; a node joins, Ray places the group's
 bundle there, the rebuild works and the job completes, once. Prints the time from the loss to the
 job done."""
 
