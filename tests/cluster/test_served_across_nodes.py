@@ -39,7 +39,7 @@ def _json(url: str, body: dict | None = None, timeout: float = 60) -> dict:
 
 def _done(url: str, job: dict, deadline: float, every=None) -> dict:
     """The job once it ended; calls every() between polls."""
-    while (state := _json(f"{url}/v1/videos/{job['id']}"))["status"] not in ("completed", "failed"):
+    while (state := _json(f"{url}/v1/videos/{job['id']}"))["status"] not in ("completed", "failed", "cancelled"):
         assert time.monotonic() < deadline, state
         if every:
             every()
@@ -106,8 +106,9 @@ def test_a_replica_over_two_nodes_serves_a_job_and_survives_losing_one(cluster, 
         assert sorted(p.name for p in (tmp_path / "videos").iterdir()) == sorted(
             f"{j['id']}.mp4" for j in (first, second))
         assert sorted(_alive_nodes("DenoiseWorker")) == sorted(w.node_id for w in cluster.workers for _ in range(2))
-        print(f"node lost -> its ranks dead: {dead_at - lost_at:.1f} s -> rebuild refused: {refused_at - lost_at:.1f} s; node joined -> job done: "
-              f"{time.monotonic() - refused_at:.1f} s; slowest /healthz {slowest[0] * 1000:.0f} ms; said {sorted(said)}")
+        print(f"node lost -> its ranks dead: {dead_at - lost_at:.1f} s -> rebuild refused: "
+              f"{refused_at - lost_at:.1f} s; node joined -> job done: {time.monotonic() - refused_at:.1f} s; slowest /healthz "
+              f"{slowest[0] * 1000:.0f} ms; said {sorted(said)}")
     finally:
         serve.shutdown()
         if len(cluster.workers) < 2:
