@@ -107,8 +107,8 @@ def test_a_replica_over_two_nodes_serves_a_job_and_survives_losing_one(cluster, 
             f"{j['id']}.mp4" for j in (first, second))
         assert sorted(_alive_nodes("DenoiseWorker")) == sorted(w.node_id for w in cluster.workers for _ in range(2))
         print(f"node lost -> its ranks dead: {dead_at - lost_at:.1f} s -> rebuild refused: "
-              f"{refused_at - lost_at:.1f} s; node joined -> job done: {time.monotonic() - refused_at:.1f} s; slowest /healthz "
-              f"{slowest[0] * 1000:.0f} ms; said {sorted(said)}")
+              f"{refused_at - lost_at:.1f} s; node joined -> job done: {time.monotonic() - refused_at:.1f} s; "
+              f"slowest /healthz {slowest[0] * 1000:.0f} ms; said {sorted(said)}")
     finally:
         serve.shutdown()
         if len(cluster.workers) < 2:
