@@ -48,3 +48,21 @@ def ray_session():
     connect_ray(num_cpus=4)
     yield ray
     ray.shutdown()  # this process's session; the instance too when it is ours
+
+
+@pytest.fixture(scope="session")
+def wan_three_heads(tmp_path_factory):
+    """The tiny three-head Wan2.1 text-to-video checkpoint the adapter and parallel tests share
+    (3 heads: 2 ranks split them 2+1)."""
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    return write_demo_checkpoint(tmp_path_factory.mktemp("wan") / "three-heads",
+                                 WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=3))
+
+
+@pytest.fixture(scope="session")
+def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
+    """Two LoRA adapters of wan_three_heads, one in each form Wan's loader takes (tests/lora_files.py)."""
+    from lora_files import write_wan_adapters
+
+    return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))

@@ -7,7 +7,6 @@ a served sequence gets the videos of one-shot runs: tests/serve/test_lora_servic
 import pytest
 import torch
 
-from lora_files import write_wan_adapters
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.request import VideoRequest
@@ -18,16 +17,13 @@ HEIGHT, WIDTH, FRAMES, STEPS, SEED, GUIDANCE = 48, 80, 9, 3, 11, 5.0
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
-
-    return write_demo_checkpoint(tmp_path_factory.mktemp("wan") / "tiny",
-                                 WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=3))
+def checkpoint(wan_three_heads):
+    return wan_three_heads
 
 
 @pytest.fixture(scope="module")
-def adapters(checkpoint, tmp_path_factory):
-    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+def adapters(wan_three_heads_adapters):
+    return wan_three_heads_adapters
 
 
 def _request(*loras):

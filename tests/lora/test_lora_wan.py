@@ -27,7 +27,7 @@ HEIGHT, WIDTH, FRAMES, STEPS, SEED, GUIDANCE = 48, 80, 9, 3, 11, 5.0
 SCALES = (0.7, 1.3)
 
 
-def _write_checkpoint(tmp_path_factory, preset="t2v"):
+def _write_checkpoint(tmp_path_factory, preset):
     from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
 
     return write_demo_checkpoint(tmp_path_factory.mktemp(f"wan-{preset}") / "tiny",
@@ -35,13 +35,13 @@ def _write_checkpoint(tmp_path_factory, preset="t2v"):
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    return _write_checkpoint(tmp_path_factory)
+def checkpoint(wan_three_heads):
+    return wan_three_heads
 
 
 @pytest.fixture(scope="module")
-def adapters(checkpoint, tmp_path_factory):
-    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+def adapters(wan_three_heads_adapters):
+    return wan_three_heads_adapters
 
 
 def _reference(checkpoint, adapters=(), scales=(), into_both=False):

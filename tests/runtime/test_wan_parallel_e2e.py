@@ -25,11 +25,8 @@ GUIDANCE = 5.0
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
-
-    return write_demo_checkpoint(tmp_path_factory.mktemp("wan") / "three-heads",
-                                 WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=3))
+def checkpoint(wan_three_heads):
+    return wan_three_heads
 
 
 # Ring and USP: the transformer-level test (tests/integrations/wan/test_wan_parallel.py, USP 2x2).
@@ -103,10 +100,8 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file
 
 
 @pytest.fixture(scope="module")
-def adapters(checkpoint, tmp_path_factory):
-    from lora_files import write_wan_adapters
-
-    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+def adapters(wan_three_heads_adapters):
+    return wan_three_heads_adapters
 
 
 # Ulysses + DeDiVAE + Aco: the Aco helper computes attention from q/k/v it is sent and holds no

@@ -17,7 +17,6 @@ import json
 import numpy as np
 import pytest
 
-from lora_files import write_wan_adapters
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig
 from pipedit.lora.spec import LoraOffer, LoraSpec
@@ -39,16 +38,13 @@ B = [{"name": "distill", "scale": 0.6}]
 
 
 @pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
-
-    return write_demo_checkpoint(tmp_path_factory.mktemp("wan") / "tiny",
-                                 WanDims(heads=3, head_dim=8, text_dim=24, ffn_dim=40, seed=3))
+def checkpoint(wan_three_heads):
+    return wan_three_heads
 
 
 @pytest.fixture(scope="module")
-def adapters(checkpoint, tmp_path_factory):
-    return write_wan_adapters(checkpoint, tmp_path_factory.mktemp("loras"))
+def adapters(wan_three_heads_adapters):
+    return wan_three_heads_adapters
 
 
 def _one_shot(checkpoint, tmp_path, name, lora=()):

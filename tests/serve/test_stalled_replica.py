@@ -25,8 +25,10 @@ def _group_dies_once(run, request: VideoRequest):
         yield VideoResult(request.request_id, torch.full((5, 8, 8, 3), 0.5), torch.zeros(1))
 
 
-def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
-    engine = FakeEngine(_group_dies_once, retries=5)
+def _loop_whose_rebuilds_fail(script, why: str):
+    """(the fake engine, an EngineLoop over it, an Event): every rebuild fails with `why` until the
+    event is set (the lost node is back)."""
+    engine = FakeEngine(script, retries=5)
     node_back = threading.Event()
     loop = EngineLoop(engine)
     engine.started.wait(5)
@@ -34,10 +36,15 @@ def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
 
     def recover():
         if not node_back.is_set():
-            raise RuntimeError("no room for the rank group's placement group")
+            raise RuntimeError(why)
         return real_recover()
 
     engine.run.recover = recover
+    return engine, loop, node_back
+
+
+def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
+    _, loop, node_back = _loop_whose_rebuilds_fail(_group_dies_once, "no room for the rank group's placement group")
     stalled = service_on(loop, tmp_path, lease_s=1.0, owner="stalled")
     other = None
     try:
@@ -84,18 +91,8 @@ def test_the_only_replica_runs_its_job_again_after_a_stall_and_its_old_attempt_c
     runs: the stall lets the lease lapse and the job goes back to the queue; once rebuilt, the
     replica cancels its old attempt (still in its engine) and takes the job again. The old
     attempt's cancellation must not end the new one: the job completes as attempt 2."""
-    engine = FakeEngine(_retry_runs_until_cancelled, retries=5)
-    node_back = threading.Event()
-    loop = EngineLoop(engine)
-    engine.started.wait(5)
-    real_recover = engine.run.recover
-
-    def recover():
-        if not node_back.is_set():
-            raise RuntimeError("this replica's placement group is RESCHEDULING")
-        return real_recover()
-
-    engine.run.recover = recover
+    engine, loop, node_back = _loop_whose_rebuilds_fail(_retry_runs_until_cancelled,
+                                                        "this replica's placement group is RESCHEDULING")
     service = service_on(loop, tmp_path, lease_s=1.0, owner="only")
     try:
         job = service.create(VideoCreateParams(prompt="a fox"))
