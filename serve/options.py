@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
-from pipedit.fields import FIELDS, GenerationField
+from pipedit.fields import FIELDS, GenerationField, capability_fields
 from pipedit.images import IMAGE_FORMATS
 from pipedit.lora.spec import NO_LORAS, LoraOffer
 
@@ -39,11 +39,10 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
         "max_guidance_scale": limits.max_guidance_scale,
         "max_prompt_chars": limits.max_prompt_chars,
         # What a request may carry besides its prompt (the page shows the fields for these).
-        "takes_negative_prompt": capabilities.negative_prompt,
-        "takes_image": capabilities.image,
+        # (takes_<capability>: whether the model takes the fields that need it.)
+        **{f"takes_{name}": getattr(capabilities, name)
+           for name in dict.fromkeys(spec.capability for spec in capability_fields())},
         "needs_image": capabilities.needs_image,
-        "takes_guidance_scale_2": capabilities.guidance_scale_2,
-        "takes_flow_shift": capabilities.flow_shift,
         # The adapters a request may name in `loras`, each with the scale it runs at when left out.
         "loras": [{"name": name, "scale": spec.scale} for name, spec in loras.named],
         "max_loras": loras.most,

@@ -9,7 +9,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from pipedit.adapter import UnsupportedInputError, VideoShape, check_inputs
+from pipedit.adapter import FieldRuleError, UnsupportedInputError, VideoShape, check_inputs
 from pipedit.capabilities import Capabilities
 from pipedit.config import GenerationDefaults
 from pipedit.errors import UserInputError
@@ -126,9 +126,8 @@ def _check_inputs(adapter, values: dict, limits: ServiceLimits) -> str | None:
     except UnsupportedInputError as error:
         param = FIELDS[error.param].api
         missing = error.param == "image" and values.get("image") is None
-        capabilities = getattr(adapter, "capabilities", Capabilities())
-        taken = error.param == "guidance_scale_2" and capabilities.guidance_scale_2  # a bad value
-        code = "missing_required_parameter" if missing else "invalid_value" if taken else "unsupported_parameter"
+        ruled = isinstance(error, FieldRuleError)  # a value the model takes, refused with the others
+        code = "missing_required_parameter" if missing else "invalid_value" if ruled else "unsupported_parameter"
         raise invalid(f"{error}{' as input_reference' if missing else ''}", param, code) from None
     negative_prompt = values.get("negative_prompt")
     if negative_prompt is None or not getattr(adapter, "capabilities", Capabilities()).negative_prompt:

@@ -14,7 +14,6 @@ import torch
 from .capabilities import Capabilities
 from .errors import InvalidRequestError, ModelPathError
 from .fields import FIELDS
-from .guidance import guidance_applies
 from .sampling import SamplingParams
 
 from . import families as _families
@@ -139,29 +138,32 @@ class UnsupportedInputError(InvalidRequestError):
         self.param = param
 
 
+class FieldRuleError(UnsupportedInputError):
+    """A value the model takes, but not with the request's other values (the field's `rule`)."""
+
+
+def _given(value) -> bool:
+    return value is not None and not (isinstance(value, str) and not value.strip())
+
+
 def check_inputs(adapter, **values) -> None:
     """Refuses a value of a field (pipedit.fields) the model lacks the capability for, using the
-    field's own refusal, an image-to-video checkpoint's missing image, and a guidance_scale_2 that
-    cannot run with the request's guidance_scale. `values`: field name -> value (the image: its
-    bytes or its file), None or blank text counting as not given."""
+    field's own refusal, an image-to-video checkpoint's missing image, and a value its field's
+    rule refuses with the request's others (FieldRuleError). `values`: field name -> value (the
+    image: its bytes or its file), None or blank text counting as not given."""
     family = getattr(adapter, "family", "this model")
     capabilities = getattr(adapter, "capabilities", Capabilities())  # no model known: none of them
     for name, value in values.items():
         spec = FIELDS[name]
-        if spec.capability is None or value is None or (isinstance(value, str) and not value.strip()):
-            continue
-        if not getattr(capabilities, spec.capability):
+        if spec.capability is not None and _given(value) and not getattr(capabilities, spec.capability):
             raise UnsupportedInputError(spec.refusal.format(family=family), name)
     if values.get("image") is None and capabilities.needs_image:
         raise UnsupportedInputError(f"this {family} checkpoint is image-to-video: send an image (png, jpeg or webp) "
                                     f"with the prompt", "image")
-    scale, scale_2 = values.get("guidance_scale"), values.get("guidance_scale_2")
-    if scale_2 is not None and scale is not None and guidance_applies(scale) and scale_2 < 1:
-        # One scale <= 1 means "no guidance" at every step; below 1 the low-noise steps would need
-        # both branches combined with a weight under 1, which pipedit's per-step seam does not run.
-        raise UnsupportedInputError(
-            f"guidance_scale_2 {scale_2} is below 1 while guidance_scale is {scale}: use 1 (no guidance for the "
-            f"low-noise expert) or a value above 1", "guidance_scale_2")
+    for name, value in values.items():
+        rule = FIELDS[name].rule
+        if rule is not None and _given(value) and (problem := rule(values, capabilities)):
+            raise FieldRuleError(problem, name)
 
 
 def attention_heads(path: str | Path, model: str | None = None) -> int:

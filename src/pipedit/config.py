@@ -11,7 +11,7 @@ import torch
 import yaml
 
 from .errors import UserInputError
-from .fields import config_fields
+from .fields import attributes, config_fields, record_class
 
 _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
            "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16}
@@ -171,37 +171,27 @@ class ParallelConfig:
         return self.ulysses * self.ring * (2 if self.cfg_parallel else 1)
 
 
-@dataclass(frozen=True)
-class GenerationDefaults:
-    """The `generation` section: defaults of the generation fields a request leaves out (their
-    meaning, bounds and checks are declared once in pipedit.fields; tests/test_fields.py keeps
-    this list equal to the declared config fields)."""
+def _check_generation(self) -> None:
+    for spec in config_fields():
+        value, name = getattr(self, spec.name), f"generation.{spec.name}"
+        if value is None and spec.default is not None:  # null is a request's "the server's default"
+            raise UserInputError(f"{name} must be set (default {spec.default!r}), got null")
+        object.__setattr__(self, spec.name, spec.check(value, called=name))
 
-    height: int = 128
-    width: int = 128
-    num_frames: int = 17
-    steps: int = 10
-    guidance_scale: float = 6.0
-    guidance_scale_2: float | None = None  # two-expert Wan2.2: the low-noise expert's scale; None: guidance_scale
-    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
-    seed: int = 0
-    fps: int = 24
-    # Step caching of every request that names none: none, fbcache:T or teacache:T (see docs/caching.md),
-    # kept in its canonical string form (cache_spec holds the parsed spec).
-    cache: str = "none"
 
-    def __post_init__(self):
-        for spec in config_fields():
-            value, name = getattr(self, spec.name), f"generation.{spec.name}"
-            if value is None and spec.default is not None:  # null is a request's "the server's default"
-                raise UserInputError(f"{name} must be set (default {spec.default!r}), got null")
-            object.__setattr__(self, spec.name, spec.check(value, called=name))
+def _cache_spec(self):
+    from .cache.spec import parse_cache
 
-    @property
-    def cache_spec(self):
-        from .cache.spec import parse_cache
+    return parse_cache(self.cache)
 
-        return parse_cache(self.cache)
+
+# The `generation` section: one attribute per config field of pipedit.fields, its default the
+# field's; `cache` in its canonical string form (cache_spec holds the parsed spec).
+GenerationDefaults = record_class(
+    "GenerationDefaults", __name__, attributes(config_fields(), lambda spec: spec.default),
+    namespace={"__post_init__": _check_generation, "cache_spec": property(_cache_spec)},
+    doc="The `generation` section: defaults of the generation fields a request leaves out (their meaning, "
+        "bounds and checks are declared once in pipedit.fields, and so are these attributes).")
 
 
 @dataclass(frozen=True)

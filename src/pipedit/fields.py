@@ -1,20 +1,28 @@
 """The generation fields: what one video request may set, declared once.
 
-Every interface derives its part from this table: `VideoRequest` and the config's `generation`
-defaults are checked against it (tests/test_fields.py), the CLI's flags, the render JSONL keys and
-a line's identity, the API's create schema and the response's echo, the options route and the
-page's form are built from it. Each field has one validation (`GenerationField.check`), so every
-interface refuses a bad value with the same words; only the name differs, the one the value came
-by (`num_inference_steps` in the API is `steps` everywhere else).
+Every interface derives its part from this table: `VideoRequest`, the config's `generation`
+defaults (`GenerationDefaults`), the adapters' per-field `Capabilities` and `SamplingParams` are
+classes built from it when their modules are imported; the CLI's flags (the tool commands' shape
+flags too), the render JSONL keys and a line's identity, the API's create schema and the
+response's echo, the options route and the page's form are built from it. Each field has one
+validation (`GenerationField.check`), so every interface refuses a bad value with the same words;
+only the name differs, the one the value came by (`num_inference_steps` in the API is `steps`
+everywhere else). A rule between fields (`GenerationField.rule`) is checked by check_inputs
+wherever a request's inputs are checked.
 
-Adding a field: its entry below, plus the code that consumes it (an adapter, the denoising loop).
+Adding a field: its entry below, or `register(GenerationField(...))` in a module named in the
+PIPEDIT_FIELD_MODULES environment variable (imported at the end of this module, so before any
+class is built from the table); plus the code that consumes it (an adapter, the denoising loop).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
-from dataclasses import dataclass
-from typing import Any, Callable
+import os
+import sys
+from dataclasses import MISSING, dataclass, field, make_dataclass
+from typing import Any, Callable, Optional
 
 from typing_extensions import Required, TypedDict  # pydantic reads typing's TypedDict only from Python 3.12
 
@@ -76,6 +84,21 @@ class GenerationField:
     hint: str = ""  # said after what is allowed, in every refusal
     item: Any = None  # a list's entries, as the API's schema declares them
     api_form: Callable[[Any], Any] | None = None  # a canonical value as the API's JSON carries it
+    # A value the scheduler reads: an attribute of pipedit.sampling.SamplingParams, which an
+    # adapter's make_scheduler(sampling) gets.
+    sampling: bool = False
+    # A rule between this field and the request's others: rule(values, capabilities) -> the refusal,
+    # or None when they go together. `values`: field name -> value; checked only when this field
+    # is given (pipedit.adapter.check_inputs, after the capabilities).
+    rule: Callable[[dict, Any], str | None] | None = None
+
+    @property
+    def request_default(self) -> Any:
+        """The VideoRequest's default: None for a nullable field (the config's default or the
+        model's own, decided where the request runs), else the config's; MISSING: required."""
+        if self.nullable:
+            return None
+        return MISSING if self.default is None else self.default
 
     def to_api(self, value: Any) -> Any:
         return value if self.api_form is None or value is None else self.api_form(value)
@@ -144,6 +167,18 @@ class GenerationField:
         return ""
 
 
+def _low_noise_guidance(values: dict, capabilities: Any) -> str | None:
+    from .guidance import guidance_applies
+
+    scale, scale_2 = values.get("guidance_scale"), values["guidance_scale_2"]
+    if scale is not None and guidance_applies(scale) and scale_2 < 1:
+        # One scale <= 1 means "no guidance" at every step; below 1 the low-noise steps would need
+        # both branches combined with a weight under 1, which pipedit's per-step seam does not run.
+        return (f"guidance_scale_2 {scale_2} is below 1 while guidance_scale is {scale}: use 1 (no guidance for the "
+                f"low-noise expert) or a value above 1")
+    return None
+
+
 # Named in the refusal of an image by a model without image conditioning.
 IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
 _STEPS = "Denoising steps."
@@ -161,18 +196,19 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("num_frames", int, 17, "Frame count (4k+1 for the causal video VAEs).", low=1,
                     limit="max_frames", hint=", and 4*k+1 (1, 5, 9, ...) for a causal video VAE", label="Frames"),
     GenerationField("steps", int, 10, _STEPS, low=1, limit="max_steps", api_name="num_inference_steps",
-                    label="Steps"),
+                    label="Steps", sampling=True),
     GenerationField("guidance_scale", float, 6.0, "Classifier-free / embedded guidance scale.", low=0,
                     limit="max_guidance_scale", label="Guidance"),
     GenerationField("guidance_scale_2", float, None, "Two-expert models (Wan2.2 A14B): the low-noise expert's "
                     "guidance scale; defaults to guidance_scale.", low=0, limit="max_guidance_scale",
                     nullable=True, capability="guidance_scale_2", label="Guidance, low-noise expert",
+                    rule=_low_noise_guidance,
                     refusal="guidance_scale_2 applies to two-expert checkpoints only (Wan2.2 A14B: transformer_2 and "
                             "boundary_ratio); this {family} checkpoint has one transformer: leave it out"),
     GenerationField("flow_shift", float, None, "The flow-matching scheduler's shift (sigma -> shift*sigma / "
                     "(1 + (shift-1)*sigma)); left out: the checkpoint scheduler's own. Few-step distilled models "
                     "name the shift they were distilled with.", low=0, low_open=True, nullable=True,
-                    capability="flow_shift", label="Scheduler shift", refusal=FLOW_SHIFT_REFUSAL),
+                    capability="flow_shift", label="Scheduler shift", refusal=FLOW_SHIFT_REFUSAL, sampling=True),
     GenerationField("seed", int, 0, "Seed of the initial noise.", low=0, high=2**63 - 1, label="Seed"),
     GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,
                     label="Frames per second"),
@@ -217,3 +253,59 @@ def api_fields() -> list[GenerationField]:
     """The fields of the API's create schema under their own name (height and width come as
     `size`, the image as the `input_reference` upload)."""
     return [f for f in FIELDS.values() if f.api_name != "size" and f.kind is not bytes]
+
+
+def sampling_fields() -> list[GenerationField]:
+    """The fields a scheduler reads (pipedit.sampling.SamplingParams)."""
+    return [f for f in FIELDS.values() if f.sampling]
+
+
+def capability_fields() -> list[GenerationField]:
+    """The fields a model takes only with their capability (pipedit.capabilities.Capabilities)."""
+    return [f for f in FIELDS.values() if f.capability is not None]
+
+
+def attributes(specs: list[GenerationField], default_of: Callable[[GenerationField], Any]) -> list[tuple]:
+    """make_dataclass's (name, type, field) of each field, `default_of(spec)` its default (MISSING:
+    required). The required ones come first, as a dataclass needs; the rest keep the table's order."""
+    made = [(spec.name, spec.kind if not spec.nullable else Optional[spec.kind],
+             field(default=default_of(spec), repr=spec.kind is not bytes)) for spec in specs]
+    return sorted(made, key=lambda attribute: attribute[2].default is not MISSING)
+
+
+def record_class(name: str, module: str, attributes: list[tuple], namespace: dict | None = None,
+                 doc: str = "") -> type:
+    """A frozen dataclass of `attributes`, named `module.name`: pickle finds it there (Ray sends
+    requests and configs between processes), so `module` must bind it to `name`."""
+    made = make_dataclass(name, attributes, namespace=dict(namespace or {}, __doc__=doc), frozen=True)
+    made.__module__, made.__qualname__ = module, name
+    return made
+
+
+# Modules whose classes are built from FIELDS when they are imported: a field registered after
+# one of them would be missing from its class.
+BUILT_FROM_FIELDS = ("pipedit.request", "pipedit.config", "pipedit.capabilities", "pipedit.sampling")
+# Comma-separated modules, each declaring fields with `register`, imported with this module.
+FIELD_MODULES_ENV = "PIPEDIT_FIELD_MODULES"
+
+
+def register(spec: GenerationField) -> GenerationField:
+    """Adds a field declared outside this module, from a module named in PIPEDIT_FIELD_MODULES
+    (imported before any class is built from the table)."""
+    if spec.name in FIELDS:
+        raise ValueError(f"generation field {spec.name!r} is declared already")
+    built = [name for name in BUILT_FROM_FIELDS if name in sys.modules]
+    if built:
+        raise RuntimeError(f"generation field {spec.name!r} comes too late: {', '.join(built)} built their classes "
+                           f"from the fields already; register it from a module named in {FIELD_MODULES_ENV}")
+    FIELDS[spec.name] = spec
+    return spec
+
+
+def _import_field_modules() -> None:
+    for module in os.environ.get(FIELD_MODULES_ENV, "").split(","):
+        if module.strip():
+            importlib.import_module(module.strip())
+
+
+_import_field_modules()

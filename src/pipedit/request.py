@@ -11,48 +11,42 @@ import torch
 
 from .adapter import VideoShape
 from .errors import InvalidRequestError
-from .fields import request_fields
+from .fields import attributes, record_class, request_fields
 
 
-@dataclass(frozen=True)
-class VideoRequest:
-    """One video to generate. Its generation fields are declared in pipedit.fields (defaults,
-    bounds, meaning); each is checked there at construction, as every interface checks it."""
+def _check_fields(self) -> None:
+    for spec in request_fields():
+        value = spec.check(getattr(self, spec.name), error=InvalidRequestError)
+        object.__setattr__(self, spec.name, value)
 
-    prompt: str
-    height: int = 128
-    width: int = 128
-    num_frames: int = 17
-    steps: int = 10
-    guidance_scale: float = 6.0
-    seed: int = 0
-    request_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
-    cache: str | None = None  # None: the engine's generation.cache
-    negative_prompt: str | None = None  # None: the model's own default (models with classifier-free guidance)
-    image: bytes | None = field(default=None, repr=False)  # image-to-video: the image file's bytes
-    guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
-    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
-    # The server's named LoRA adapters (model.loras) this request runs with: ((name, scale or None:
-    # the name's default), ...); given as [{"name": NAME, "scale": S}, ...] too. The ranks check
-    # the names against the offered ones again (pipedit.lora.switch).
-    loras: tuple | None = ()
 
-    def __post_init__(self):
-        for spec in request_fields():
-            value = spec.check(getattr(self, spec.name), error=InvalidRequestError)
-            object.__setattr__(self, spec.name, value)
+def _field_values(self) -> dict:
+    """The generation fields this request carries (pipedit.fields), by name."""
+    return {spec.name: getattr(self, spec.name) for spec in request_fields()}
 
-    def field_values(self) -> dict:
-        """The generation fields this request carries (pipedit.fields), by name."""
-        return {spec.name: getattr(self, spec.name) for spec in request_fields()}
 
-    @property
-    def shape(self) -> VideoShape:
-        return VideoShape(self.height, self.width, self.num_frames)
+def _shape(self) -> VideoShape:
+    return VideoShape(self.height, self.width, self.num_frames)
 
-    def generator(self) -> torch.Generator:
-        # Same convention as diffusers: a CPU generator seeded with the request's seed.
-        return torch.Generator("cpu").manual_seed(self.seed)
+
+def _generator(self) -> torch.Generator:
+    # Same convention as diffusers: a CPU generator seeded with the request's seed.
+    return torch.Generator("cpu").manual_seed(self.seed)
+
+
+# One video to generate: an attribute per request field of pipedit.fields (its default the
+# field's request_default: a nullable one's None is the config's default or the model's own), and
+# its request_id. `loras`: the server's named adapters (model.loras) it runs with, ((name, scale
+# or None: the name's default), ...), given as [{"name": NAME, "scale": S}, ...] too; the ranks
+# check the names against the offered ones again (pipedit.lora.switch).
+VideoRequest = record_class(
+    "VideoRequest", __name__,
+    [*attributes(request_fields(), lambda spec: spec.request_default),
+     ("request_id", str, field(default_factory=lambda: uuid.uuid4().hex[:12]))],
+    namespace={"__post_init__": _check_fields, "field_values": _field_values, "shape": property(_shape),
+               "generator": _generator},
+    doc="One video to generate. Its generation fields are declared in pipedit.fields (defaults, bounds, "
+        "meaning); each is checked there at construction, as every interface checks it.")
 
 
 class RequestStatus(str, enum.Enum):

@@ -1,24 +1,28 @@
 """What a request asks of the sampler: the values an adapter's make_scheduler(sampling) reads, and
 the one way a checkpoint's scheduler is rebuilt with a request's shift.
 
-Every scheduler is built through that seam, so a sampling parameter added here reaches all
-models at once (each adapter decides how its scheduler honours it)."""
+Every scheduler is built through that seam, so a sampling parameter (a field of pipedit.fields
+marked `sampling`: steps, flow_shift, ...) reaches all models at once (each adapter decides how
+its scheduler honours it)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
+from .fields import attributes, record_class, sampling_fields
 
-@dataclass(frozen=True)
-class SamplingParams:
-    steps: int  # denoising steps (num_inference_steps)
-    flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint's own
 
-    @classmethod
-    def of(cls, request) -> "SamplingParams":
-        """The sampling parameters a VideoRequest carries (the one place they are read from it)."""
-        return cls(steps=request.steps, flow_shift=request.flow_shift)
+def _of(cls, request):
+    """The sampling parameters a VideoRequest carries (the one place they are read from it)."""
+    return cls(**{spec.name: getattr(request, spec.name) for spec in sampling_fields()})
+
+
+# One attribute per sampling field, its default the request's (flow_shift None: the checkpoint's own).
+SamplingParams = record_class(
+    "SamplingParams", __name__, attributes(sampling_fields(), lambda spec: spec.request_default),
+    namespace={"of": classmethod(_of)},
+    doc="The request's values a scheduler reads (steps: num_inference_steps; flow_shift: the scheduler's "
+        "shift, None: the checkpoint's own).")
 
 
 def shift_parameter(config: Any) -> str | None:
