@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
-                    add_pipeline_flags, base_config, lora, lora_overrides, pipeline_overrides)
+                    add_pipeline_flags, add_shape_flags, base_config, lora, lora_overrides, pipeline_overrides)
 
 
 def add_parser(sub) -> None:
@@ -75,9 +75,7 @@ def _add_sp(kinds) -> None:
                    help="also time one step on a single device (in this process), the baseline row")
     p.add_argument("--ulysses", type=int, default=2)
     p.add_argument("--ring", type=int, default=1)
-    p.add_argument("--height", type=int, default=256)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--num-frames", type=int, default=33)
+    add_shape_flags(p, {"height": 256, "width": 256, "num_frames": 33}, names=("height", "width", "num_frames"))
     p.add_argument("--chunks", type=_chunks, help="PipeSP chunk sizes, e.g. 1,2 (default: all auto considers)")
     p.add_argument("--repeats", type=int, default=10, help="timed rounds, modes interleaved (median reported)")
     p.add_argument("--attention-only", action="store_true",
@@ -133,10 +131,7 @@ def _add_pipeline(kinds) -> None:
     p.add_argument("--config", help="YAML engine config; flags override it")
     p.add_argument("--ulysses", type=int)
     p.add_argument("--ring", type=int)
-    p.add_argument("--height", type=int)
-    p.add_argument("--width", type=int)
-    p.add_argument("--num-frames", type=int)
-    p.add_argument("--steps", type=int)
+    add_shape_flags(p)
     add_pipeline_flags(p)
     add_cache_flag(p)
     add_lora_flags(p)
@@ -179,9 +174,8 @@ def _add_vae(kinds) -> None:
     p = kinds.add_parser("vae", help="VAE decode of one video shape: untiled vs tiled time, peak memory, difference")
     p.add_argument("--model-path", help="checkpoint folder (default: the embedded demo model)")
     p.add_argument("--config", help="YAML engine config (device, dtype); flags override it")
-    p.add_argument("--height", type=int, default=320, help="larger than one 256-pixel tile, so that tiling applies")
-    p.add_argument("--width", type=int, default=320)
-    p.add_argument("--num-frames", type=int, default=9)
+    add_shape_flags(p, {"height": 320, "width": 320, "num_frames": 9}, names=("height", "width", "num_frames"),
+                    helps={"height": "larger than one 256-pixel tile, so that tiling applies"})
     p.add_argument("--tiling", choices=("both", "on", "off"), default="both", help="modes to run (both: off then on)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random latents")
     p.add_argument("--ranks", type=int, default=1,
@@ -260,8 +254,8 @@ def _add_load(kinds) -> None:
     p.add_argument("--api-key", help="Bearer key, when the server has keys")
     p.add_argument("--prompt", default="a load test: a red fox running through snow")
     p.add_argument("--size", default="64x64", help="WIDTHxHEIGHT of each request (default 64x64)")
-    p.add_argument("--num-frames", type=int, default=5)
-    p.add_argument("--steps", type=int, default=2, help="num_inference_steps of each request (default 2)")
+    add_shape_flags(p, {"num_frames": 5, "steps": 2}, names=("num_frames", "steps"),
+                    helps={"steps": "num_inference_steps of each request (default 2)"})
     p.add_argument("--allow-remote", action="store_true", help="allow an endpoint that is not on loopback")
     p.add_argument("--slow-connections", type=int, default=0,
                    help="slow clients held open during the burst: half trickle a POST body, half a GET's "
@@ -310,10 +304,7 @@ def _add_cache(kinds) -> None:
     p.add_argument("--model-path", help="checkpoint folder of the one family in --models (default: its demo model)")
     p.add_argument("--caches", default=",".join(DEFAULT_CACHES),
                    help=f"comma-separated settings, fbcache:T or teacache:T (default {','.join(DEFAULT_CACHES)})")
-    p.add_argument("--height", type=int, default=96)
-    p.add_argument("--width", type=int, default=96)
-    p.add_argument("--num-frames", type=int, default=9)
-    p.add_argument("--steps", type=int, default=12, help="denoising steps (default 12)")
+    add_shape_flags(p, {"height": 96, "width": 96, "num_frames": 9, "steps": 12})
     p.add_argument("--repeats", type=int, default=1, help="timed runs per setting (median reported)")
     p.add_argument("--out", help="output folder (default: outputs/bench-cache-<UTC time>)")
     p.set_defaults(run=_run_cache)
@@ -351,10 +342,8 @@ def _add_lora(kinds) -> None:
     p.add_argument("--lora", type=lora, action="append",
                    help="an adapter file to time (at most two; default: adapters written with random weights)")
     p.add_argument("--rank", type=int, default=32, help="rank of the random adapters (default 32)")
-    p.add_argument("--height", type=int, default=96)
-    p.add_argument("--width", type=int, default=96)
-    p.add_argument("--num-frames", type=int, default=9)
-    p.add_argument("--steps", type=int, default=4, help="denoising steps per request (default 4)")
+    add_shape_flags(p, {"height": 96, "width": 96, "num_frames": 9, "steps": 4},
+                    helps={"steps": "denoising steps per request (default 4)"})
     p.add_argument("--repeats", type=int, default=3, help="timed runs per mode (median reported; default 3)")
     p.add_argument("--out", help="output folder (default: outputs/bench-lora-<UTC time>)")
     p.set_defaults(run=_run_lora)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    from .flags import add_address_flag
+    from .flags import add_address_flag, add_shape_flags
 
     p = sub.add_parser("check-node", help="run every parallel configuration against the single-device result",
                        epilog="Before you rent the GPUs, dry-run the config on any machine: "
@@ -15,10 +15,7 @@ def add_parser(sub) -> None:
     add_address_flag(p)
     p.add_argument("--ranks", type=int, help="ranks to use (default: every visible GPU; 2 on CPU)")
     p.add_argument("--cases", help="comma-separated case names to run (default: all that fit; see the output)")
-    p.add_argument("--height", type=int, default=256)
-    p.add_argument("--width", type=int, default=256)
-    p.add_argument("--num-frames", type=int, default=17)
-    p.add_argument("--steps", type=int, default=4)
+    add_shape_flags(p, {"height": 256, "width": 256, "num_frames": 17, "steps": 4})
     p.add_argument("--tolerance", type=float, help="max relative latent difference (default: 1e-4 fp32, 3e-2 bf16)")
     p.set_defaults(run=run)
 

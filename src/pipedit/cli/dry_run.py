@@ -10,6 +10,7 @@ def add_parser(sub) -> None:
     from ..families import DEFAULT, family_names
     from ..planner.hardware import PROFILES
     from ..planner.models import model_names
+    from .flags import add_shape_flags
 
     p = sub.add_parser("dry-run", help="run every rank of a config at full model size on fake tensors (no GPU, no "
                                        "weights): memory per rank vs the GPU and the planner, collective matching")
@@ -19,10 +20,10 @@ def add_parser(sub) -> None:
                         f"{DEFAULT})")
     p.add_argument("--model-path", help="read the model's configs (config.json only, no weights) from this checkpoint "
                                         "folder instead of the released configs")
-    p.add_argument("--height", type=int, help="video height (default: the config's generation.height)")
-    p.add_argument("--width", type=int, help="video width (default: the config's)")
-    p.add_argument("--frames", type=int, help="video frames (default: the config's)")
-    p.add_argument("--steps", type=int, default=2, help="denoising steps to run (memory repeats per step)")
+    add_shape_flags(p, {"steps": 2}, frames_flag="--frames",
+                    helps={"height": "video height (default: the config's generation.height)",
+                           "width": "video width (default: the config's)", "num_frames": "video frames (default: the config's)",
+                           "steps": "denoising steps to run (memory repeats per step)"})
     p.add_argument("--gpu", choices=sorted(PROFILES), default="h100", help="GPU profile: capacity and tiling decisions")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     p.set_defaults(run=run)

@@ -62,10 +62,11 @@ def add_compile_flag(p, help: str | None = None) -> None:
                                 "the first step of each new shape pays the compile time)")
 
 
-def add_field_flag(p, spec: GenerationField, help: str | None = None) -> None:
-    """`--<name>` of a generation field (pipedit.fields), parsed by its type; its value is checked
-    where the config or the request takes it, so that the words are every interface's. Fields
-    with a canonical form (cache) are checked here already: argparse names the flag."""
+def add_field_flag(p, spec: GenerationField, help: str | None = None, *, flag: str | None = None,
+                   default=None) -> None:
+    """`--<name>` (or `flag`) of a generation field (pipedit.fields), parsed by its type; its value
+    is checked where the config or the request takes it, so that the words are every interface's.
+    Fields with a canonical form (cache) are checked here already: argparse names the flag."""
     if spec.canonical is not None:
         def parse(text: str):
             try:
@@ -74,7 +75,24 @@ def add_field_flag(p, spec: GenerationField, help: str | None = None) -> None:
                 raise argparse.ArgumentTypeError(str(error)) from None
     else:
         parse = {int: integer, float: float, str: str}[spec.kind]
-    p.add_argument(spec.flag, type=parse, help=help or spec.description)
+    p.add_argument(flag or spec.flag, type=parse, default=default, help=help or spec.description)
+
+
+SHAPE = ("height", "width", "num_frames", "steps")
+
+
+def add_shape_flags(p, defaults: dict | None = None, *, names: tuple[str, ...] = SHAPE, frames_flag: str | None = None,
+                    helps: dict | None = None) -> None:
+    """A tool command's `--height/--width/--num-frames/--steps` (those of `names`), from their
+    fields: `defaults` the command's own by field name (left out: None, which the command reads as
+    the config's), `frames_flag` the frame count's flag where the command calls it otherwise
+    (`--frames`), `helps` a field's help where the command says more than its description."""
+    defaults, helps = defaults or {}, helps or {}
+    for name in names:
+        spec, default = FIELDS[name], defaults.get(name)
+        shown = f"default {default}" if default is not None else f"default: the config's generation.{name}"
+        add_field_flag(p, spec, helps.get(name) or f"{spec.label.lower()} ({shown})", default=default,
+                       flag=frames_flag if name == "num_frames" else None)
 
 
 def request_only_flags() -> list[GenerationField]:

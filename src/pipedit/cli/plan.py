@@ -12,6 +12,7 @@ def add_parser(sub) -> None:
     from ..families import DEFAULT
     from ..planner.hardware import DEFAULT_INTER_NODE_GBPS, GPUS, INTERCONNECTS
     from ..planner.models import model_names
+    from .flags import add_shape_flags
 
     p = sub.add_parser("plan", help="predict and rank configurations (decode ranks, ulysses x ring, PipeSP, Aco, "
                                     "VAE tiling) for a model on a node")
@@ -39,10 +40,7 @@ def add_parser(sub) -> None:
                    help="unfused LoRA adapters of this rank on each denoise GPU (memory; default 0: none)")
     p.add_argument("--loras", type=int, default=1,
                    help="with --lora-rank: adapters kept on each denoise GPU (model.max_gpu_loras; default 1)")
-    p.add_argument("--height", type=int, default=544)
-    p.add_argument("--width", type=int, default=960)
-    p.add_argument("--frames", type=int, default=129)
-    p.add_argument("--steps", type=int, default=50)
+    add_shape_flags(p, {"height": 544, "width": 960, "num_frames": 129, "steps": 50}, frames_flag="--frames")
     p.add_argument("--prompts", type=int, default=10, help="consecutive prompts in the batch (K)")
     p.add_argument("--top", type=int, default=10, help="ranked rows to print")
     p.add_argument("--write", help="write the best configuration as a YAML engine config to this file")
