@@ -284,7 +284,8 @@ def record_class(name: str, module: str, attributes: list[tuple], namespace: dic
 
 # Modules whose classes are built from FIELDS when they are imported: a field registered after
 # one of them would be missing from its class.
-BUILT_FROM_FIELDS = ("pipedit.request", "pipedit.config", "pipedit.capabilities", "pipedit.sampling")
+BUILT_FROM_FIELDS = {"pipedit.request": "VideoRequest", "pipedit.config": "GenerationDefaults",
+                     "pipedit.capabilities": "Capabilities", "pipedit.sampling": "SamplingParams"}
 # Comma-separated modules, each declaring fields with `register`, imported with this module.
 FIELD_MODULES_ENV = "PIPEDIT_FIELD_MODULES"
 
@@ -294,10 +295,11 @@ def register(spec: GenerationField) -> GenerationField:
     (imported before any class is built from the table)."""
     if spec.name in FIELDS:
         raise ValueError(f"generation field {spec.name!r} is declared already")
-    built = [name for name in BUILT_FROM_FIELDS if name in sys.modules]
+    built = [f"{module}.{name}" for module, name in BUILT_FROM_FIELDS.items()
+             if hasattr(sys.modules.get(module), name)]  # a module still importing this one has none yet
     if built:
-        raise RuntimeError(f"generation field {spec.name!r} comes too late: {', '.join(built)} built their classes "
-                           f"from the fields already; register it from a module named in {FIELD_MODULES_ENV}")
+        raise RuntimeError(f"generation field {spec.name!r} comes too late: {', '.join(built)} "
+                           f"were built from the fields already; register it from a module named in {FIELD_MODULES_ENV}")
     FIELDS[spec.name] = spec
     return spec
 
