@@ -298,8 +298,8 @@ def register(spec: GenerationField) -> GenerationField:
     built = [f"{module}.{name}" for module, name in BUILT_FROM_FIELDS.items()
              if hasattr(sys.modules.get(module), name)]  # a module still importing this one has none yet
     if built:
-        raise RuntimeError(f"generation field {spec.name!r} comes too late: {', '.join(built)} "
-                           f"were built from the fields already; register it from a module named in {FIELD_MODULES_ENV}")
+        raise RuntimeError(f"generation field {spec.name!r} comes too late: {', '.join(built)} were built from the "
+                           f"fields already; register it from a module named in {FIELD_MODULES_ENV}")
     FIELDS[spec.name] = spec
     return spec
 

@@ -22,7 +22,8 @@ def add_parser(sub) -> None:
                                         "folder instead of the released configs")
     add_shape_flags(p, {"steps": 2}, frames_flag="--frames",
                     helps={"height": "video height (default: the config's generation.height)",
-                           "width": "video width (default: the config's)", "num_frames": "video frames (default: the config's)",
+                           "width": "video width (default: the config's)",
+                           "num_frames": "video frames (default: the config's)",
                            "steps": "denoising steps to run (memory repeats per step)"})
     p.add_argument("--gpu", choices=sorted(PROFILES), default="h100", help="GPU profile: capacity and tiling decisions")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
