@@ -44,7 +44,7 @@ def write_preset(directory: str | os.PathLike, name: str = DEFAULT_PRESET) -> Pa
 
 def ensure_preset(name: str) -> Path:
     """Preset `name` in the pipedit cache folder, written the first time it is asked for."""
-    from .demo_checkpoint import default_cache_dir, ensure_written
+    from pipedit.local_cache import default_cache_dir, ensure_written
 
     return ensure_written(default_cache_dir() / name, lambda path: write_preset(path, name))
 
