@@ -52,3 +52,8 @@ def ensure_preset(name: str) -> Path:
 def described() -> tuple[str, dict[str, str]]:
     """(the default preset, {preset: one-line description}), for `demo-checkpoint --help`."""
     return DEFAULT_PRESET, {name: about for name, (_, _, about) in PRESETS.items()}
+
+
+def ensure_full_width() -> Path:
+    """The full-width preset, written the first time: the model `pipedit check-node` runs on a GPU."""
+    return ensure_preset("hunyuan-video-full-width")
