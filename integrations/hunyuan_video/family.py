@@ -31,4 +31,5 @@ FAMILY = Family(
     takes=(("flow_shift", 0, "hunyuan-video"),),
     benches=frozenset({"cache", "vae-ranks"}),
     check_preset=f"{_HERE}.presets:ensure_full_width",
+    vae_predictor=f"{_HERE}.vae_memory:predict_decode_peak_bytes",
 )

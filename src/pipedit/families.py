@@ -85,6 +85,8 @@ class Family:
     takes: tuple[tuple[str, int, str], ...] = ()
     benches: frozenset[str] = frozenset()  # benchmarks that run its demo model by default (BENCHES)
     check_preset: str | None = None  # () -> Path: the model `pipedit check-node` runs on a GPU node
+    # (vae config, latent shape, dtype) -> bytes: the untiled VAE decode's peak (`pipedit bench vae`)
+    vae_predictor: str | None = None
 
     def load(self, target: str) -> Any:
         return load(target)
