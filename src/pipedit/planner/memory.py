@@ -1,7 +1,8 @@
 """Peak memory per GPU of a configuration: weights + activations + the VAE decode's peak.
 
 The VAE decode's peak is its family's (the pipedit.families entry's planner.vae_peak). Two-expert
-models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with "offload" the idle one waits in host memory and only one is on the GPU at a time.
+models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with "offload" the idle
+one waits in host memory and only one is on the GPU at a time.
 
 Host memory (per node, every rank together: pipedit.planner.search.host_bytes): each rank
 process's own anonymous memory, plus with an offloaded idle expert that expert's checkpoint
