@@ -18,7 +18,7 @@ from .store import JobStore
 
 def model_name_for(config: EngineConfig) -> str:
     """The name clients pass as `model`: the checkpoint folder's name, or the demo model's
-    (hunyuan-video-demo, opensora-plan-demo)."""
+    (<family>-demo)."""
     from pipedit.families import DEFAULT
 
     return Path(config.model.path).name if config.model.path else f"{config.model.name or DEFAULT}-demo"
@@ -26,7 +26,7 @@ def model_name_for(config: EngineConfig) -> str:
 
 def data_dir_for(config: EngineConfig) -> Path:
     """serve.data_dir, else <pipedit cache>/serve."""
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+    from pipedit.local_cache import default_cache_dir
 
     return Path(config.serve.data_dir) if config.serve.data_dir else default_cache_dir() / "serve"
 

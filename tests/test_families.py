@@ -127,7 +127,8 @@ def _targets(entry: Family) -> list[str]:
     found = [entry.adapter, entry.planner.full_size, entry.planner.from_checkpoint, entry.planner.vae_flops,
              entry.planner.vae_peak, entry.planner.decode_split, entry.demo.ensure, entry.demo.write,
              entry.dry_run.released, *(target for pair in entry.dry_run.fakes for target in pair)]
-    found += [target for target in (entry.demo.presets, entry.layout, entry.heads) if target]
+    found += [target for target in (entry.demo.presets, entry.layout, entry.heads, entry.planner.published,
+                                    entry.planner.paper, entry.check_preset, entry.vae_predictor) if target]
     if entry.dry_run.tiling:
         found += [f"{entry.dry_run.tiling}:should_tile", f"{entry.dry_run.tiling}:free_device_bytes"]
     return found

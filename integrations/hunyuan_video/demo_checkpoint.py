@@ -19,6 +19,8 @@ import torch
 # The prompt template and its crop are part of the released pipeline's defaults.
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
 
+from pipedit.local_cache import default_cache_dir, ensure_written
+
 from .demo_tokenizers import build_clip_tokenizer, build_llama_tokenizer
 
 DEMO_VERSION = "hunyuan-demo-v1"
@@ -123,23 +125,6 @@ def write_pipeline(directory: str | os.PathLike, build: Callable[[], Any]) -> Pa
     finally:
         shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-def default_cache_dir() -> Path:
-    root = os.environ.get("PIPEDIT_CACHE") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "pipedit"
-    )
-    return Path(root)
-
-
-def ensure_written(path: Path, write: Callable[[Path], Any]) -> Path:
-    """`path` holding a checkpoint: written by `write(path)` the first time, reused afterwards."""
-    if not (path / "model_index.json").exists():
-        try:
-            write(path)
-        except FileExistsError:  # another process finished it first
-            pass
-    return path
 
 
 def ensure_demo_checkpoint() -> Path:

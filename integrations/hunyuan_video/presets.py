@@ -44,7 +44,7 @@ def write_preset(directory: str | os.PathLike, name: str = DEFAULT_PRESET) -> Pa
 
 def ensure_preset(name: str) -> Path:
     """Preset `name` in the pipedit cache folder, written the first time it is asked for."""
-    from .demo_checkpoint import default_cache_dir, ensure_written
+    from pipedit.local_cache import default_cache_dir, ensure_written
 
     return ensure_written(default_cache_dir() / name, lambda path: write_preset(path, name))
 
@@ -52,3 +52,8 @@ def ensure_preset(name: str) -> Path:
 def described() -> tuple[str, dict[str, str]]:
     """(the default preset, {preset: one-line description}), for `demo-checkpoint --help`."""
     return DEFAULT_PRESET, {name: about for name, (_, _, about) in PRESETS.items()}
+
+
+def ensure_full_width() -> Path:
+    """The full-width preset, written the first time: the model `pipedit check-node` runs on a GPU."""
+    return ensure_preset("hunyuan-video-full-width")

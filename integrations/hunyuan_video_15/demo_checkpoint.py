@@ -135,7 +135,7 @@ def write_demo_checkpoint(directory: str | os.PathLike, dims: HunyuanVideo15Dims
 
 def ensure_demo_checkpoint() -> Path:
     """The tiny text-to-video demo: built once into the cache folder, reused afterwards."""
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir, ensure_written
+    from pipedit.local_cache import default_cache_dir, ensure_written
 
     return ensure_written(default_cache_dir() / DEMO_VERSION, write_demo_checkpoint)
 

@@ -160,7 +160,7 @@ def write_demo_cli(directory: str) -> Path:
 def ensure_demo_checkpoint() -> Path:
     """The default Open-Sora-Plan model (`--model opensora-plan` without --model-path): built
     once into the cache folder, reused afterwards."""
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+    from pipedit.local_cache import default_cache_dir
 
     path = default_cache_dir() / DEMO_VERSION
     done = path / VAE_FOLDER / "merged.ckpt"

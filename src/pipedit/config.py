@@ -23,9 +23,9 @@ PROXY_LOCATIONS = ("HeadOnly", "EveryNode")  # serve.proxy_location
 @dataclass(frozen=True)
 class ModelConfig:
     path: str | None = None  # None: the embedded tiny demo model (of `name`'s family)
-    # hunyuan-video or opensora-plan; None: model_index.json decides, else the official layout found.
+    # a pipedit.families name; None: model_index.json decides, else the family release layout found.
     name: str | None = None
-    text_encoder_path: str | None = None  # opensora-plan: the mT5 folder; None: <path>/text_encoder
+    text_encoder_path: str | None = None  # for families.accepting() ones; None: <path>/text_encoder
     device: str = "auto"  # auto: cuda when available, else cpu
     # auto: bfloat16 on cuda; on cpu, what diffusers' from_pretrained gives without torch_dtype
     # (diffusers models in float32, transformers models in their stored dtype), so results match it.

@@ -1,19 +1,25 @@
-"""The model families pipedit serves, one registry entry each.
+"""The model families pipedit serves, one registry entry each, discovered from their packages.
 
 An entry holds what the rest of pipedit needs to know about a family besides its model code: the
 name users type (--model, config model.name, the adapter's `family`), the adapter class, the
-diffusers pipelines it serves, how the planner and the dry run model it, its demo checkpoints and
-its step-cache coefficients. Code is named by "module:attribute" targets, imported on first use:
-importing this registry imports no model code (nor torch).
+diffusers pipelines it serves, how the planner and the dry run model it, its demo checkpoints, its
+step-cache coefficients and what its refusals say it takes. Code is named by "module:attribute"
+targets, imported on first use.
 
-Adding a family: an integrations/<family>/ package with its adapter and demo checkpoint, the
-planner's spec and VAE cost functions it points at, and one `Family(...)` below.
+Discovery (on the first question asked of the registry): every package under pipedit.integrations
+whose `family` module declares `FAMILY = Family(...)`, then every module named in the environment
+variable PIPEDIT_FAMILIES (comma-separated, each declaring FAMILY): a family added from outside
+pipedit, known in every process that inherits the environment (Ray's rank actors, spawned ranks).
+A family module imports nothing but this registry: discovery imports no model code (nor torch).
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import json
+import os
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +37,10 @@ class Planner:
     from_checkpoint: str  # (root: Path) -> ModelSpec with the widths of the checkpoint's configs
     vae_flops: str  # (model, height, width, frames, tiled) -> FLOPs of one decode
     vae_peak: str  # (model, Shape, tiled) -> decode activation peak in bytes on one rank
-    decode_split: str  # how a decode splits over decode ranks (planner.split_decode's forms)
+    decode_split: str  # how a decode splits over decode ranks (a planner.split_decode.Unsplit)
+    published: str | None = None  # a planner.validation.Published: published runs `plan --validate-published` reads
+    paper: str | None = None  # a planner.validation.PaperCells: its rows of the PipeDiT paper's headline table
+    names_itself: bool = False  # the engine config `pipedit plan` writes names the model (model.name)
 
 
 @dataclass(frozen=True)
@@ -69,6 +78,15 @@ class Family:
     # "module:Class" of the diffusers LoRA loader mixin whose lora_state_dict reads the family's LoRA
     # files (its _lora_loadable_modules: the components adapters go into); None: LoRA refused.
     lora: str | None = None
+    default: bool = False  # the family used when neither a model name nor a model path names one
+    order: int = 100  # where lists and error texts name it among the families (lowest first)
+    # What refusals name this family for, by capability (pipedit.fields): (its place in the list of
+    # the families that take it, the words naming it: "wan with an image-to-video checkpoint ...").
+    takes: tuple[tuple[str, int, str], ...] = ()
+    benches: frozenset[str] = frozenset()  # benchmarks that run its demo model by default (BENCHES)
+    check_preset: str | None = None  # () -> Path: the model `pipedit check-node` runs on a GPU node
+    # (vae config, latent shape, dtype) -> bytes: the untiled VAE decode's peak (`pipedit bench vae`)
+    vae_predictor: str | None = None
 
     def load(self, target: str) -> Any:
         return load(target)
@@ -86,23 +104,61 @@ def load(target: str) -> Any:
     return found
 
 
+BENCHES = ("cache", "vae-ranks")  # `bench cache`'s default --models; `bench vae --ranks`' demo models
+ENVIRONMENT = "PIPEDIT_FAMILIES"
 _INTEGRATIONS = "pipedit.integrations"
 
 _REGISTRY: dict[str, Family] = {}
+_discovered = False
 
-DEFAULT = "hunyuan-video"  # the family used when neither a model name nor a model path names one
+
+def _discover() -> dict[str, Family]:
+    """The registry, filled from the family packages on first use."""
+    global _discovered
+    if not _discovered:
+        _discovered = True
+        integrations = importlib.import_module(_INTEGRATIONS)
+        modules = [f"{_INTEGRATIONS}.{package.name}.family" for package in pkgutil.iter_modules(integrations.__path__)
+                   if package.ispkg and importlib.util.find_spec(f"{_INTEGRATIONS}.{package.name}.family")]
+        modules += [name.strip() for name in os.environ.get(ENVIRONMENT, "").split(",") if name.strip()]
+        found = [_declared(name) for name in modules]
+        for entry in sorted(found, key=lambda entry: entry.order):
+            register(entry)
+    return _REGISTRY
+
+
+def _declared(module_name: str) -> Family:
+    try:
+        entry = getattr(importlib.import_module(module_name), "FAMILY", None)
+    except ImportError as error:
+        raise ModelPathError(f"family module {module_name} (from {ENVIRONMENT} or pipedit.integrations) does not "
+                             f"import: {error}") from error
+    if not isinstance(entry, Family):
+        raise ModelPathError(f"{module_name} declares no FAMILY = pipedit.families.Family(...)")
+    return entry
+
+
+def default_name() -> str:
+    """The family used when neither a model name nor a model path names one."""
+    return next(entry.name for entry in _discover().values() if entry.default)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "DEFAULT":  # the default family's name, once the packages are discovered
+        return default_name()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def demo_model(name: str | None = None) -> Path:
     """The tiny demo checkpoint of `name`'s family (default: DEFAULT's), built on first use on this
     machine and reused afterwards."""
-    entry = family(name or DEFAULT)
+    entry = family(name or default_name())
     return entry.load(entry.demo.ensure)()
 
 
 def register(entry: Family) -> Family:
     """Adds (or replaces) a family; its pipelines must not be served by another family."""
-    for other in _REGISTRY.values():
+    for other in _discover().values():
         shared = set(other.pipelines) & set(entry.pipelines)
         if other.name != entry.name and shared:
             raise ValueError(f"{entry.name} and {other.name} both serve {', '.join(sorted(shared))}")
@@ -111,36 +167,36 @@ def register(entry: Family) -> Family:
 
 
 def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
+    _discover().pop(name, None)
 
 
 def family_names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
+    return tuple(_discover())
 
 
 def families() -> tuple[Family, ...]:
-    return tuple(_REGISTRY.values())
+    return tuple(_discover().values())
 
 
 def family(name: str) -> Family:
-    found = _REGISTRY.get(name)
+    found = _discover().get(name)
     if found is None:
-        raise ModelPathError(f"unknown model {name!r}; supported models: {', '.join(_REGISTRY)}")
+        raise ModelPathError(f"unknown model {name!r}; supported models: {', '.join(_discover())}")
     return found
 
 
 def find(name: str) -> Family | None:
     """The family called `name`, or None (for names that may be a test's or an unknown adapter's)."""
-    return _REGISTRY.get(name)
+    return _discover().get(name)
 
 
 def pipelines() -> tuple[str, ...]:
-    return tuple(sorted(p for entry in _REGISTRY.values() for p in entry.pipelines))
+    return tuple(sorted(p for entry in _discover().values() for p in entry.pipelines))
 
 
 def family_for_pipeline(class_name: str, where: str | Path | None = None) -> Family:
     """The family serving model_index.json's `_class_name`; ModelPathError naming the known ones."""
-    for entry in _REGISTRY.values():
+    for entry in _discover().values():
         if class_name in entry.pipelines:
             return entry
     holder = f"{where} holds a {class_name}" if where is not None else f"unknown pipeline {class_name!r}"
@@ -175,148 +231,61 @@ def family_of_checkpoint(path: str | Path, name: str | None = None) -> Family:
         raise ModelPathError(f"model path {root} does not exist or is not a directory")
     if (root / "model_index.json").is_file():
         return family_for_pipeline(read_model_index(root)["_class_name"], path)
-    matches = [entry for entry in _REGISTRY.values() if entry.layout and load(entry.layout)(root)]
+    matches = [entry for entry in _discover().values() if entry.layout and load(entry.layout)(root)]
     if len(matches) == 1:
         return matches[0]
     found = (f"matches several layouts ({', '.join(entry.name for entry in matches)})" if matches
              else "model_index.json is missing")
-    layouts = "".join(f" or {entry.layout_about}" for entry in _REGISTRY.values() if entry.layout)
+    layouts = "".join(f" or {entry.layout_about}" for entry in _discover().values() if entry.layout)
     raise ModelPathError(
         f"{root}: {found}; expected a diffusers-layout checkpoint (model_index.json){layouts}; name the model "
-        f"with --model ({', '.join(_REGISTRY)})"
+        f"with --model ({', '.join(_discover())})"
     )
 
 
 def full_size_models() -> dict[str, Any]:
     """{release name: () -> ModelSpec} over every family (the planner's full-size models)."""
     found: dict[str, Any] = {}
-    for entry in _REGISTRY.values():
+    for entry in _discover().values():
         found.update(load(entry.planner.full_size))
     return found
 
 
 def family_for_release(name: str) -> Family:
     """The family of a family name or of one of its full-size releases (wan-14b: wan)."""
-    if name in _REGISTRY:
-        return _REGISTRY[name]
-    for entry in _REGISTRY.values():
+    if name in _discover():
+        return _discover()[name]
+    for entry in _discover().values():
         if name in load(entry.planner.full_size):
             return entry
-    raise ModelPathError(f"unknown model {name!r}; supported models: {', '.join(_REGISTRY)} "
+    raise ModelPathError(f"unknown model {name!r}; supported models: {', '.join(_discover())} "
                          f"(full-size: {', '.join(full_size_models())})")
 
 
 def accepting(option: str) -> tuple[str, ...]:
     """The families whose adapters take loading option `option`."""
-    return tuple(entry.name for entry in _REGISTRY.values() if option in entry.options)
+    return tuple(entry.name for entry in _discover().values() if option in entry.options)
+
+
+def takers(capability: str) -> tuple[str, ...]:
+    """The words naming the families that take `capability`, in the order refusals list them."""
+    found = [(place, words) for entry in _discover().values() for taken, place, words in entry.takes
+             if taken == capability]
+    return tuple(words for _, words in sorted(found))
+
+
+def benched(bench: str) -> tuple[str, ...]:
+    """The families whose demo models benchmark `bench` (one of BENCHES) runs by default."""
+    return tuple(entry.name for entry in _discover().values() if bench in entry.benches)
+
+
+def check_node_model() -> Path | None:
+    """The model `pipedit check-node` runs on a GPU node (the first family naming one; built once)."""
+    for entry in _discover().values():
+        if entry.check_preset:
+            return load(entry.check_preset)()
+    return None
 
 
 def teacache_families() -> tuple[str, ...]:
-    return tuple(sorted(entry.name for entry in _REGISTRY.values() if entry.teacache is not None))
-
-
-# -- the families ---------------------------------------------------------------------------------
-register(Family(
-    name="hunyuan-video",
-    adapter=f"{_INTEGRATIONS}.hunyuan_video.adapter:HunyuanVideoAdapter",
-    pipelines=("HunyuanVideoPipeline",),
-    planner=Planner(full_size="pipedit.planner.models:HUNYUAN_VIDEO_SIZES",
-                    from_checkpoint="pipedit.planner.models:hunyuan_video_from_checkpoint",
-                    vae_flops="pipedit.planner.vae_cost:hunyuan_video_flops",
-                    vae_peak="pipedit.planner.memory:hunyuan_video_decode_peak_bytes",
-                    decode_split="pipedit.planner.split_decode:PASSES_AND_TILES"),
-    demo=Demo(ensure=f"{_INTEGRATIONS}.hunyuan_video.demo_checkpoint:ensure_demo_checkpoint",
-              write=f"{_INTEGRATIONS}.hunyuan_video.presets:write_preset",
-              presets=f"{_INTEGRATIONS}.hunyuan_video.presets:described"),
-    dry_run=DryRun(released="pipedit.dryrun.released:write_hunyuan_video",
-                   fakes=((f"{_INTEGRATIONS}.hunyuan_video.adapter:load_component",
-                           "pipedit.dryrun.models:fake_component"),),
-                   tiling=f"{_INTEGRATIONS}.hunyuan_video.adapter"),
-    # ali-vilab/TeaCache, TeaCache4HunyuanVideo/teacache_sample_video.py (teacache_forward),
-    # fitted by the TeaCache authors on the modulated input of double_blocks[0] (img_norm1 then
-    # img_mod shift/scale).
-    teacache=(7.33226126e02, -4.01131952e02, 6.75869174e01, -3.14987800e00, 9.61237896e-02),
-    lora="diffusers.loaders.lora_pipeline:HunyuanVideoLoraLoaderMixin",
-))
-
-register(Family(
-    name="opensora-plan",
-    adapter=f"{_INTEGRATIONS}.opensora_plan.adapter:OpenSoraPlanAdapter",
-    # diffusers has no Open-Sora-Plan pipeline: a model_index.json naming this one holds the
-    # release's transformer and vae configs (the planner reads them from transformer/ and vae/).
-    pipelines=("OpenSoraPlanPipeline",),
-    layout=f"{_INTEGRATIONS}.opensora_plan.checkpoint:is_official_layout",
-    layout_about="the official Open-Sora-Plan v1.3 layout (any93x640x640/ and vae/)",
-    options=frozenset({"text_encoder_path"}),
-    heads=f"{_INTEGRATIONS}.opensora_plan.adapter:OpenSoraPlanAdapter.config_heads",
-    planner=Planner(full_size="pipedit.planner.models:OPENSORA_PLAN_SIZES",
-                    from_checkpoint="pipedit.planner.models:opensora_plan_from_checkpoint",
-                    vae_flops="pipedit.planner.vae_cost:opensora_plan_flops",
-                    vae_peak="pipedit.planner.memory:wfvae_decode_peak_bytes",
-                    decode_split="pipedit.planner.split_decode:ROW_BANDS"),
-    demo=Demo(ensure=f"{_INTEGRATIONS}.opensora_plan.demo_checkpoint:ensure_demo_checkpoint",
-              write=f"{_INTEGRATIONS}.opensora_plan.demo_checkpoint:write_demo_checkpoint",
-              about="a tiny model in the official v1.3 layout (any93x640x640/, vae/, text_encoder/)"),
-    dry_run=DryRun(released="pipedit.dryrun.released:write_opensora_plan",
-                   fakes=((f"{_INTEGRATIONS}.opensora_plan.adapter:load_text_encoder",
-                           "pipedit.dryrun.models:fake_mt5_encoder"),
-                          (f"{_INTEGRATIONS}.opensora_plan.transformer:load_transformer",
-                           "pipedit.dryrun.models:fake_osp_transformer"),
-                          (f"{_INTEGRATIONS}.opensora_plan.wfvae:load_wfvae", "pipedit.dryrun.models:fake_wfvae"))),
-    # TeaCache's Open-Sora-Plan set (eval/teacache/experiments/opensora_plan.py) belongs to v1.1
-    # (Latte-style spatial + temporal blocks), another architecture than v1.3's: none published.
-    teacache=None,
-))
-
-register(Family(
-    name="wan",
-    adapter=f"{_INTEGRATIONS}.wan.adapter:WanAdapter",
-    pipelines=("WanPipeline", "WanImageToVideoPipeline"),
-    options=frozenset({"idle_expert"}),
-    lora="diffusers.loaders.lora_pipeline:WanLoraLoaderMixin",
-    planner=Planner(full_size="pipedit.planner.models:WAN_SIZES",
-                    from_checkpoint="pipedit.planner.models:wan_from_checkpoint",
-                    vae_flops="pipedit.planner.vae_cost:wan_flops",
-                    vae_peak="pipedit.planner.memory:wan_decode_peak_bytes",
-                    decode_split="pipedit.planner.split_decode:UNSPLIT"),
-    demo=Demo(ensure=f"{_INTEGRATIONS}.wan.demo_checkpoint:ensure_demo_checkpoint",
-              write=f"{_INTEGRATIONS}.wan.demo_checkpoint:write_preset",
-              presets=f"{_INTEGRATIONS}.wan.presets:described",
-              about="a tiny Wan in the diffusers layout (the --preset names which)"),
-    dry_run=DryRun(released="pipedit.dryrun.released_wan:write_wan_release",
-                   fakes=((f"{_INTEGRATIONS}.wan.adapter:load_component", "pipedit.dryrun.models:fake_component"),
-                          (f"{_INTEGRATIONS}.wan.adapter:encode_text", "pipedit.dryrun.models:fake_umt5_encode"),
-                          (f"{_INTEGRATIONS}.wan.image_condition:first_frame_video",
-                           "pipedit.dryrun.models:fake_first_frame_video"))),
-))
-
-register(Family(
-    name="hunyuan-video-1.5",
-    adapter=f"{_INTEGRATIONS}.hunyuan_video_15.adapter:HunyuanVideo15Adapter",
-    pipelines=("HunyuanVideo15Pipeline", "HunyuanVideo15ImageToVideoPipeline"),
-    planner=Planner(full_size="pipedit.planner.hunyuan_video_15:SIZES",
-                    from_checkpoint="pipedit.planner.hunyuan_video_15:from_checkpoint",
-                    vae_flops="pipedit.planner.hunyuan_video_15:decode_flops",
-                    vae_peak="pipedit.planner.hunyuan_video_15:decode_peak_bytes",
-                    decode_split="pipedit.planner.split_decode:UNSPLIT"),
-    demo=Demo(ensure=f"{_INTEGRATIONS}.hunyuan_video_15.demo_checkpoint:ensure_demo_checkpoint",
-              write=f"{_INTEGRATIONS}.hunyuan_video_15.demo_checkpoint:write_preset",
-              presets=f"{_INTEGRATIONS}.hunyuan_video_15.presets:described",
-              about="a tiny HunyuanVideo 1.5 in the diffusers layout (the --preset names which)"),
-    dry_run=DryRun(released="pipedit.dryrun.released_hunyuan_video_15:write_release",
-                   fakes=((f"{_INTEGRATIONS}.hunyuan_video_15.adapter:load_component",
-                           "pipedit.dryrun.hunyuan_video_15:fake_hunyuan_video_15_component"),
-                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_mllm",
-                           "pipedit.dryrun.hunyuan_video_15:fake_qwen_encode"),
-                          (f"{_INTEGRATIONS}.hunyuan_video_15.adapter:encode_glyphs",
-                           "pipedit.dryrun.hunyuan_video_15:fake_byt5_encode"),
-                          (f"{_INTEGRATIONS}.hunyuan_video_15.image_condition:image_pixels",
-                           "pipedit.dryrun.hunyuan_video_15:fake_image_pixels")),
-                   tiling=f"{_INTEGRATIONS}.hunyuan_video_15.adapter"),
-    # No TeaCache coefficients are published for HunyuanVideo 1.5 (TeaCache's sets cover HunyuanVideo,
-    # Wan2.1 and others): refused, fbcache runs.
-    teacache=None,
-    # diffusers 0.42.1 has no LoRA loader mixin for HunyuanVideo 1.5 (its transformer takes PEFT
-    # adapters, but no pipeline reads LoRA files for it): refused.
-    lora=None,
-))
+    return tuple(sorted(entry.name for entry in _discover().values() if entry.teacache is not None))

@@ -26,6 +26,7 @@ from typing import Any, Callable, Optional
 
 from typing_extensions import Required, TypedDict  # pydantic reads typing's TypedDict only from Python 3.12
 
+from . import families
 from .errors import UserInputError
 
 
@@ -179,13 +180,14 @@ def _low_noise_guidance(values: dict, capabilities: Any) -> str | None:
     return None
 
 
-# Named in the refusal of an image by a model without image conditioning.
-IMAGE_MODELS = "wan with an image-to-video checkpoint (WanImageToVideoPipeline: Wan2.1 I2V, Wan2.2 I2V A14B)"
+# Named in the refusal of an image by a model without image conditioning (each family declares the
+# words naming what of it takes a capability: pipedit.families' `takes`).
+IMAGE_MODELS = ", ".join(families.takers("image"))
 _STEPS = "Denoising steps."
 # The refusal of flow_shift by a model whose sampler has no shift ({family}: the model's).
 FLOW_SHIFT_REFUSAL = ("flow_shift needs a scheduler with a flow-matching shift (the models that take it: "
-                      "hunyuan-video, and wan with a flow-sigma UniPC, DPM-Solver or flow-match Euler scheduler, as "
-                      "their releases have); {family}: this checkpoint's scheduler has none; leave it out")
+                      + ", and ".join(families.takers("flow_shift")) + ", as their releases have); {family}: this "
+                      "checkpoint's scheduler has none; leave it out")
 FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
                     hint=": describe the video to generate", label="Prompt"),
@@ -220,7 +222,8 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                     "guidance (Wan, OpenSoraPlan); HunyuanVideo: must be empty.", nullable=True,
                     capability="negative_prompt", in_config=False, label="Negative prompt",
                     refusal="negative_prompt is not supported by {family} (it uses embedded guidance); leave it out, "
-                            "or serve a model with classifier-free guidance (wan, opensora-plan)"),
+                            "or serve a model with classifier-free guidance (" + ", ".join(families.takers(
+                                "negative_prompt")) + ")"),
     # Image-to-video: the conditioning image's encoded file bytes, checked by pipedit.images.load_image
     # where they enter pipedit (a file path on the CLI and in render lines, `input_reference` in the API).
     # Bytes, not pixels: small to send to a rank. Its render identity is its content (image_sha256).

@@ -3,7 +3,7 @@
 The pages are the files' own (read-only private mappings): every process that maps the same file
 shares one copy through the page cache, and a tensor here costs no anonymous host memory. An
 offloaded module points its parameters at these views (no copy out) and copies them to the
-device when it is needed again (pipedit.integrations.wan.experts).
+device when it is needed again (a two-expert family's idle expert).
 
 The views are never written: a write would give the writing process a private copy of the page
 (copy-on-write), not change the file.

@@ -1,6 +1,7 @@
-"""pipedit dry-run on HunyuanVideo 1.5's released configs (pipedit.dryrun.released_hunyuan_video_15):
+"""pipedit dry-run on HunyuanVideo 1.5's released configs (pipedit.integrations.hunyuan_video_15.released):
 one rank of each task runs the engine's rank code on fake tensors, through the dry run's packed
-stand-in for the DiT's forward (pipedit.dryrun.hunyuan_video_15), with the planner's memory."""
+stand-in for the DiT's forward (pipedit.integrations.hunyuan_video_15.dryrun), with the planner's
+memory."""
 
 import json
 

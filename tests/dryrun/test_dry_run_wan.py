@@ -1,4 +1,4 @@
-"""pipedit dry-run on Wan's released configs (pipedit.dryrun.released_wan): the modules built from
+"""pipedit dry-run on Wan's released configs (pipedit.integrations.wan.released): the modules built from
 them have the planner's parameter counts, and one rank of wan-1.3b runs the engine's rank code on
 fake tensors with the planner's memory."""
 

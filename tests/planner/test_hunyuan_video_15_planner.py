@@ -1,5 +1,5 @@
-"""The planner's HunyuanVideo 1.5 (pipedit.planner.hunyuan_video_15): the released sizes, a tiny
-checkpoint's dims read back, the shipped 8-GPU config's per-rank memory at 720p and 480p x 121."""
+"""The planner's HunyuanVideo 1.5 (pipedit.integrations.hunyuan_video_15.planner): the released sizes,
+a tiny checkpoint's dims read back, the shipped 8-GPU config's per-rank memory at 720p and 480p x 121."""
 
 import pytest
 
@@ -32,7 +32,7 @@ def test_a_checkpoints_dims_and_parameters_are_read_from_its_files(tmp_path):
 
 
 def test_the_released_configs_load_as_a_model_that_takes_720p_121(tmp_path):
-    from pipedit.dryrun.released_hunyuan_video_15 import write_release
+    from pipedit.integrations.hunyuan_video_15.released import write_release
 
     inputs = model_inputs(write_release("hunyuan-video-1.5", tmp_path / "release"))
     inputs.validate(VideoShape(720, 1280, 121), 50)

@@ -8,10 +8,11 @@ import pytest
 
 from pipedit.cli import main
 from pipedit.config import load_config
+from pipedit.integrations.hunyuan_video.planner import hunyuan_video
 from pipedit.planner import balance_decode_ranks
 from pipedit.planner.cost import Layout, Shape, step_seconds, step_work
 from pipedit.planner.hardware import node
-from pipedit.planner.models import from_checkpoint, full_size, hunyuan_video
+from pipedit.planner.models import from_checkpoint, full_size
 from pipedit.planner.search import Problem, candidates, predict, rank
 from pipedit.planner.simulate import Timings, simulate
 from pipedit.planner.vae_cost import vae_decode_flops

@@ -1,4 +1,4 @@
-"""The planner's Wan specs (pipedit.planner.wan, .wan_vae): parameter counts from the released dims
+"""The planner's Wan specs (pipedit.integrations.wan.release, .vae_cost): parameter counts from the released dims
 against the released sizes and against diffusers' / transformers' modules built from the same
 configs; plans for wan-14b and wan-a14b; the idle expert's memory; the causal VAE's decode bound
 against diffusers' own decode counted on fake tensors."""
@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from pipedit.cli import main
-from pipedit.planner import wan
+from pipedit.integrations.wan import release as wan
 from pipedit.planner.cost import Shape
 from pipedit.planner.hardware import node
 from pipedit.planner.memory import denoise_rank_bytes
@@ -119,8 +119,8 @@ def _fake_decode_peak(vae: dict, latents: tuple[int, int, int]) -> int:
 def test_the_vae_decode_bound_holds_for_diffusers_decode_on_fake_tensors(vae, latents):
     """diffusers' decode of the released VAE configs (832x480x17 for Wan2.1, 1280x704x17 for
     Wan2.2), every storage counted: the prediction bounds it from above by at most 10% (the
-    factors in wan_vae were set from such counts; this keeps them bounds)."""
-    from pipedit.planner.wan_vae import decode_peak_bytes
+    factors in the wan vae_cost were set from such counts; this keeps them bounds)."""
+    from pipedit.integrations.wan.vae_cost import decode_peak_bytes
 
     measured = _fake_decode_peak(vae, latents)
     predicted = decode_peak_bytes(vae, *latents)
@@ -130,7 +130,7 @@ def test_the_vae_decode_bound_holds_for_diffusers_decode_on_fake_tensors(vae, la
 def test_a_wan_checkpoints_configs_give_the_released_spec(tmp_path):
     """from_checkpoint on the released A14B configs (no weights: counts from the dims): the
     second expert from model_index.json's transformer_2, the same dims as the built-in spec."""
-    from pipedit.dryrun.released_wan import write_wan_release
+    from pipedit.integrations.wan.released import write_release as write_wan_release
     from pipedit.planner.models import family_of, from_checkpoint
 
     root = write_wan_release("wan-a14b", tmp_path / "a14b")

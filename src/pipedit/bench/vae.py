@@ -73,12 +73,10 @@ class _PeakMeter:
 def measure_decode(path: str, device: str, dtype: torch.dtype | None, shape: VideoShape, mode: str,
                    seed: int = 0) -> DecodeRun:
     """Loads the VAE and decodes seeded random latents of `shape` with vae_tiling `mode`."""
-    from pipedit.integrations.hunyuan_video.vae_memory import predict_decode_peak_bytes
-
     adapter = load_adapter(path, parts={"vae"}, device=device, dtype=dtype, vae_tiling=mode)
     adapter.validate(shape, 1)
     latents = adapter.prepare_latents(shape, torch.Generator("cpu").manual_seed(seed))
-    predicted = predict_decode_peak_bytes(adapter.vae_config, latents.shape, adapter.vae.dtype)
+    predicted = _predictor(adapter.family)(adapter.vae_config, latents.shape, adapter.vae.dtype)
     calls = []
     hook = adapter.vae.decoder.register_forward_pre_hook(lambda *_: calls.append(1))
     with _PeakMeter(adapter.device) as meter:
@@ -89,15 +87,25 @@ def measure_decode(path: str, device: str, dtype: torch.dtype | None, shape: Vid
     return DecodeRun(mode, seconds, meter.peak, predicted, len(calls), frames[0].cpu())
 
 
+def _predictor(name: str):
+    """The family's untiled decode-peak predictor (the default family's for a family without one)."""
+    from .. import families
+
+    entry = families.family(name)
+    if entry.vae_predictor is None:
+        entry = families.family(families.default_name())
+    return families.load(entry.vae_predictor)
+
+
 def measure_in_fresh_process(*args) -> DecodeRun:
     with ProcessPoolExecutor(max_workers=1, mp_context=get_context("spawn")) as pool:
         return pool.submit(measure_decode, *args).result()
 
 
 def bench_vae(config: EngineConfig, shape: VideoShape, tiling: str = "both", seed: int = 0) -> str:
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint
+    from ..families import demo_model
 
-    path = config.model.path or str(ensure_demo_checkpoint())
+    path = config.model.path or str(demo_model())
     from ..distributed.devices import resolve_rank_device
 
     device, dtype = resolve_rank_device(config.model.device), config.model.torch_dtype()

@@ -21,9 +21,6 @@ import torch
 from ..adapter import VideoShape, load_adapter
 from .vae import MIB, _PeakMeter
 
-DEMOS = ("hunyuan-video", "opensora-plan")
-
-
 @dataclass(frozen=True)
 class RankRun:
     seconds: float
@@ -64,15 +61,14 @@ def _rank(rank: int, world_size: int, path: str, model: str | None, shape: Video
 
 
 def demo_paths(path: str | None) -> dict[str, str]:
-    """The checkpoint asked for, else both demo models (written once, offline)."""
+    """The checkpoint asked for, else the demo models of the families benched with split decodes
+    (pipedit.families.benched("vae-ranks"); written once, offline)."""
+    from .. import families
     from ..adapter import model_name_for
 
     if path:
         return {model_name_for(path): path}
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import ensure_demo_checkpoint as hunyuan
-    from pipedit.integrations.opensora_plan.demo_checkpoint import ensure_demo_checkpoint as opensora
-
-    return {"hunyuan-video": str(hunyuan()), "opensora-plan": str(opensora())}
+    return {name: str(families.demo_model(name)) for name in families.benched("vae-ranks")}
 
 
 def measure(path: str, model: str | None, shape: VideoShape, mode: str, ranks: int, seed: int = 0):

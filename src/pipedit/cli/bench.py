@@ -295,12 +295,13 @@ def _run_load(args) -> int:
 # -- cache --------------------------------------------------------------------------------------
 def _add_cache(kinds) -> None:
     from ..bench.cache import DEFAULT_CACHES
+    from ..families import benched
 
     p = kinds.add_parser("cache", help="step caching per model family and setting: evaluations skipped, latency, "
                                        "difference from the uncached run (JSON, Markdown)")
     p.add_argument("--config", help="YAML engine config (device, dtype); flags override it")
-    p.add_argument("--models", default="hunyuan-video,opensora-plan",
-                   help="comma-separated families, each run on its embedded demo model (default: both)")
+    p.add_argument("--models", default=",".join(benched("cache")),
+                   help="comma-separated families, each run on its embedded demo model (default: %(default)s)")
     p.add_argument("--model-path", help="checkpoint folder of the one family in --models (default: its demo model)")
     p.add_argument("--caches", default=",".join(DEFAULT_CACHES),
                    help=f"comma-separated settings, fbcache:T or teacache:T (default {','.join(DEFAULT_CACHES)})")

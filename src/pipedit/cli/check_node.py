@@ -32,9 +32,10 @@ def _config(args):
 def _default_model(config) -> str | None:
     if config.model.path or config.model.device_type() != "cuda":
         return None  # the configured model, or the embedded demo model
-    from ..integrations.hunyuan_video.presets import ensure_preset
+    from ..families import check_node_model
 
-    return str(ensure_preset("hunyuan-video-full-width"))
+    found = check_node_model()
+    return None if found is None else str(found)
 
 
 def _select(cases, names: str | None):

@@ -15,9 +15,10 @@ def add_parser(sub) -> None:
     p = sub.add_parser("dry-run", help="run every rank of a config at full model size on fake tensors (no GPU, no "
                                        "weights): memory per rank vs the GPU and the planner, collective matching")
     p.add_argument("--config", required=True, help="engine config YAML (e.g. configs/hunyuan-8gpu.yaml)")
+    releases = [name for name in model_names() if name not in family_names()]
     p.add_argument("--model", choices=tuple(dict.fromkeys((*family_names(), *model_names()))),
-                   help=f"model family, or a wan release for its released configs (default: the config's, else "
-                        f"{DEFAULT})")
+                   help=f"model family, or a full-size release ({', '.join(releases)}) for its released configs "
+                        f"(default: the config's, else {DEFAULT})")
     p.add_argument("--model-path", help="read the model's configs (config.json only, no weights) from this checkpoint "
                                         "folder instead of the released configs")
     add_shape_flags(p, {"steps": 2}, frames_flag="--frames",

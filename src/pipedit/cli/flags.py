@@ -106,13 +106,13 @@ def add_cache_flag(p) -> None:
 
 
 def add_model_flags(p) -> None:
-    from ..families import family_names
+    from ..families import accepting, family_names
 
     p.add_argument("--model", choices=family_names(),
                    help="model family (default: model_index.json decides, else the official layout found)")
     p.add_argument("--text-encoder-path",
-                   help="opensora-plan: mT5 encoder + tokenizer folder as google/mt5-xxl is published "
-                        "(default: MODEL_PATH/text_encoder)")
+                   help=f"{', '.join(accepting('text_encoder_path'))}: the text encoder + tokenizer folder as its "
+                        "release publishes it (default: MODEL_PATH/text_encoder)")
     add_idle_expert_flag(p)
     add_lora_flags(p)
 

@@ -8,11 +8,13 @@ from .flags import add_engine_flags, add_field_flag, engine_config, request_only
 
 
 def add_parser(sub) -> None:
+    from ..families import takers
+
     p = sub.add_parser("generate", help="generate one video from a prompt")
     p.add_argument("--prompt", required=True, help="text describing the video")
     p.add_argument("--output", required=True, help="path of the mp4 to write")
     p.add_argument("--image", help="image-to-video: the first frame's image (png, jpeg or webp), for models that "
-                                   "take one (wan with an image-to-video checkpoint)")
+                                   f"take one ({', '.join(takers('image'))})")
     for spec in request_only_flags():  # --negative-prompt
         add_field_flag(p, spec)
     p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")

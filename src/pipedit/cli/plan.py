@@ -21,7 +21,7 @@ def add_parser(sub) -> None:
                         "--model-path: the checkpoint's pipeline)")
     p.add_argument("--model-path", help="read the model's dims from this checkpoint's configs instead (e.g. the demo)")
     p.add_argument("--idle-expert", choices=("resident", "offload"),
-                   help="two-expert models (wan-a14b): plan only this model.idle_expert (default: both)")
+                   help="two-expert models (Wan2.2 A14B): plan only this model.idle_expert (default: both)")
     p.add_argument("--gpus", type=int, default=8, help="GPUs (ranks) on each node")
     p.add_argument("--nodes", type=int, default=1,
                    help="nodes of --gpus GPUs each: one rank group over all of them (parallel.nodes; Ulysses "
@@ -83,7 +83,7 @@ def _model(args):
         raise UserInputError(f"--height and --width must be multiples of {multiple} for {model.name}, "
                              f"got {args.height}x{args.width}")
     if args.idle_expert and model.experts < 2:
-        raise UserInputError(f"--idle-expert applies to two-expert models (wan-a14b); {model.name} has one")
+        raise UserInputError(f"--idle-expert applies to two-expert models (Wan2.2 A14B); {model.name} has one")
     return _with_requests(args, model)
 
 

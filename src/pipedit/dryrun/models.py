@@ -1,24 +1,20 @@
 """Model components built from their configs as fake tensors: nothing is read but config.json.
 
-`fake_loading()` replaces the loaders the adapters call (HunyuanVideo and Wan: pipedit.components'
-load_component; OpenSoraPlan: its transformer, WFVAE and mT5 loaders) inside the dry run: each
-module is built on the meta device from its config, then every parameter and buffer becomes a
-fake tensor of the requested dtype (fakeworld.materialize). Tokenizers become `StubTokenizer`:
-every prompt fills max_length tokens, all valid (the longest text the DiT can see, as the
-planner assumes). Schedulers are real (small, config only). Wan's text encoding reads the valid
-length from the mask (a value): `fake_umt5_encode` stands in for it, with every token valid (its
-result then has the same shape and holds the same storages, less the zero-padding copy). Wan's
-image preprocessing reads pixels: `fake_first_frame_video` gives its result's shape.
-
-`released_checkpoint(model, folder)` writes the released models' configs (no weights) in the
-layout the adapters read, for when no --model-path is given.
+`fake_loading()` replaces the loaders the adapters call inside the dry run (each family's
+pipedit.families entry names its loaders and their fakes, dry_run.fakes): each module is built on
+the meta device from its config, then every parameter and buffer becomes a fake tensor of the
+requested dtype (fakeworld.materialize). `fake_component` stands in for pipedit.components'
+load_component. Tokenizers become `StubTokenizer`: every prompt fills max_length tokens, all valid
+(the longest text the DiT can see, as the planner assumes). Schedulers are real (small, config
+only). A family whose text encoding or image preprocessing reads values (valid lengths, pixels)
+names fakes of its own that give the results' shapes.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import torch
@@ -46,21 +42,19 @@ class StubTokenizer:
         return _Tokens(input_ids=ids, attention_mask=mask)
 
 
-@contextlib.contextmanager
-def _meta() -> Iterator[None]:
-    """Real meta tensors (shapes only, outside the fake mode: faster, never counted)."""
+def fake_module(build: Callable[[], torch.nn.Module], dtype: torch.dtype | None) -> torch.nn.Module:
+    """The module `build()` makes, built on real meta tensors (shapes only, outside the fake mode:
+    faster, never counted), then made of fake tensors of `dtype`."""
     with torch._subclasses.fake_tensor.unset_fake_temporarily(), torch.device("meta"):
-        yield
+        module = build()
+    return materialize(module, dtype).requires_grad_(False)
 
 
 def build_fake(module_class, config, dtype: torch.dtype | None) -> torch.nn.Module:
     """A module of `module_class` from its config (a diffusers dict or a transformers config)."""
-    with _meta():
-        if isinstance(config, dict):
-            module = module_class.from_config(config)
-        else:
-            module = module_class(config)
-    return materialize(module, dtype).requires_grad_(False)
+    if isinstance(config, dict):
+        return fake_module(lambda: module_class.from_config(config), dtype)
+    return fake_module(lambda: module_class(config), dtype)
 
 
 def fake_component(root, index, name, *, dtype=None, device=None):
@@ -83,45 +77,6 @@ def fake_component(root, index, name, *, dtype=None, device=None):
             config = config.text_config
         return build_fake(component_class, config, dtype or getattr(config, "dtype", None))
     return build_fake(component_class, component_class.load_config(folder), dtype)
-
-
-def fake_osp_transformer(folder, dtype=None, device="cpu"):
-    from pipedit.integrations.opensora_plan.checkpoint import read_json
-    from pipedit.integrations.opensora_plan.transformer import OpenSoraPlanTransformer, TransformerConfig
-
-    config = TransformerConfig.from_dict(read_json(Path(folder) / "config.json"))
-    with _meta():
-        module = OpenSoraPlanTransformer(config)
-    return materialize(module, dtype or torch.float32).requires_grad_(False)
-
-
-def fake_wfvae(folder, dtype=None, device="cpu", with_encoder=True):
-    from pipedit.integrations.opensora_plan.checkpoint import read_json
-    from pipedit.integrations.opensora_plan.wfvae import WFVAE, WFVAEConfig
-
-    config = WFVAEConfig.from_dict(read_json(Path(folder) / "config.json"))
-    with _meta():
-        module = WFVAE(config, with_encoder)
-    return materialize(module, dtype or torch.float32).requires_grad_(False)
-
-
-def fake_mt5_encoder(folder, dtype, device):
-    from transformers import AutoConfig, MT5EncoderModel
-
-    config = AutoConfig.from_pretrained(folder)
-    return StubTokenizer(), build_fake(MT5EncoderModel, config, dtype)
-
-
-def fake_umt5_encode(tokenizer, text_encoder, prompt, device, max_tokens=512):
-    tokens = tokenizer([prompt], max_length=max_tokens)
-    states = text_encoder(tokens.input_ids, tokens.attention_mask).last_hidden_state
-    return states.to(device=device, dtype=text_encoder.dtype)
-
-
-def fake_first_frame_video(image, shape, spatial_ratio, frames):
-    """Wan's image condition before the VAE: the resized image's pixels, then zero frames. The
-    preprocessing reads pixel values (host data); only the shape and dtype matter here."""
-    return torch.empty(1, 3, frames, shape.height, shape.width, dtype=torch.float32)
 
 
 @contextlib.contextmanager

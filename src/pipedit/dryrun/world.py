@@ -34,7 +34,7 @@ from .released import released_checkpoint
 class DryWorld:
     config: EngineConfig
     layout: WorldLayout
-    model: str  # the model name (a wan release: wan-14b, ...)
+    model: str  # the model name (a family or one of its full-size releases)
     model_path: str
     released: bool  # the released configs (no --model-path)
     spec: ModelSpec  # the planner's model of the same configs
@@ -49,7 +49,7 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
     if gpu not in PROFILES:
         raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
     shown = model or config.model.name or (model_name_for(model_path) if model_path else families.DEFAULT)
-    name = families.family_for_release(shown).name  # the adapter's (wan-14b: wan)
+    name = families.family_for_release(shown).name  # the adapter's (a release's family)
     released = model_path is None
     if released:
         model_path = str(released_checkpoint(shown, Path(workdir or tempfile.mkdtemp(prefix="pipedit-dryrun-"))))

@@ -22,7 +22,7 @@ CACHE_NAME = "planner-this-machine.json"
 
 
 def _cache_file():
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+    from ..local_cache import default_cache_dir
 
     return default_cache_dir() / CACHE_NAME
 

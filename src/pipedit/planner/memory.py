@@ -1,17 +1,14 @@
 """Peak memory per GPU of a configuration: weights + activations + the VAE decode's peak.
 
-The HunyuanVideo VAE peak is vae_memory's predictor (calibrated on CPU, see its docstring);
-tiled, the same predictor on one 256-pixel tile's latents. WFVAE reuses its ACTIVATION_FACTOR on
-the decoder's largest activation (256 channels at a quarter of the output's area, 2T-1 frames).
-Wan's causal VAE: pipedit.planner.wan_vae (feature cache, one call's tensors, the decoded frames).
-Two-expert models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with
-"offload" the idle one waits in host memory and only one is on the GPU at a time.
+The VAE decode's peak is its family's (the pipedit.families entry's planner.vae_peak). Two-expert
+models (Wan2.2 A14B) hold both transformers with `idle_expert` "resident"; with "offload" the idle
+one waits in host memory and only one is on the GPU at a time.
 
 Host memory (per node, every rank together: pipedit.planner.search.host_bytes): each rank
 process's own anonymous memory, plus with an offloaded idle expert that expert's checkpoint
 files, memory-mapped by every rank and so held once per node in the page cache
 (pipedit.mapped_weights); loading builds the idle expert straight onto that mapping
-(integrations/wan/experts.py, mapped_idle_expert), with no copy of its own per rank.
+(the family's expert loader), with no copy of its own per rank.
 """
 
 from __future__ import annotations
@@ -44,33 +41,6 @@ def dit_activation_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int
 
 def vae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
     return families.load(families.family(model.family).planner.vae_peak)(model, shape, tiled)
-
-
-def hunyuan_video_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
-    import torch
-
-    from pipedit.integrations.hunyuan_video.vae_memory import predict_decode_peak_bytes
-
-    s = model.compression[1]
-    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
-    if tiled:
-        lh, lw = min(lh, 256 // s), min(lw, 256 // s)
-    return predict_decode_peak_bytes(model.vae, (1, model.latent_channels, lt, lh, lw), torch.bfloat16)
-
-
-def wfvae_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
-    from pipedit.integrations.hunyuan_video.vae_memory import ACTIVATION_FACTOR
-
-    lt, lh, lw = model.latent_shape(shape.height, shape.width, shape.frames)
-    frames = 2 * lt - 1 if not tiled else 3
-    largest = 2 * model.vae["base_channels"] * frames * 16 * lh * lw
-    return ACTIVATION_FACTOR * largest * ACT_BYTES
-
-
-def wan_decode_peak_bytes(model: ModelSpec, shape: Shape, tiled: bool) -> float:
-    from .wan_vae import decode_peak_bytes
-
-    return decode_peak_bytes(model.vae, *model.latent_shape(shape.height, shape.width, shape.frames), ACT_BYTES)
 
 
 IDLE_EXPERT = IDLE_EXPERT_MODES  # model.idle_expert

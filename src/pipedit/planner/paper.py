@@ -2,8 +2,8 @@
 (seconds for 10 consecutive videos, 8 GPUs, base -> PipeDiT).
 
 How each side is predicted (the same global profiles as `pipedit plan`, nothing per cell):
-- base: the stock framework with sequence parallelism over all 8 GPUs (HunyuanVideo: USP
-  Ulysses 4 x Ring 2; OpenSoraPlan: Ulysses 8) and CPU offloading: per request the text encoder,
+- base: the stock framework with sequence parallelism over all 8 GPUs (each family's layout:
+  HunyuanVideo USP Ulysses 4 x Ring 2, OpenSoraPlan Ulysses 8) and CPU offloading: per request the text encoder,
   the DiT and the VAE each move onto every GPU and back (PCIe 4.0, shared host), denoise and
   decode run one after the other on the same GPUs.
 - PipeDiT: DeDiVAE with the decode-rank count from the balance rule on the cost model's
@@ -17,34 +17,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .. import families
 from .cost import Layout, Shape, decode_seconds, step_seconds
 from .hardware import node
 from .memory import vae_decode_peak_bytes
 from .models import full_size
 from .rules import balance_decode_ranks, split_denoise_ranks
 from .search import Candidate, Problem, predict
+from .validation import PaperCells
 
 PROMPTS = 10
 GPUS = 8
-# (model, gpu, width, height, frames, steps) -> (base s, PipeDiT s), PIPEDIT-PAPER §5.
-HEADLINE = {
-    ("opensora-plan", "a6000", 480, 352, 97, 10): (227, 107),
-    ("opensora-plan", "a6000", 1024, 576, 97, 10): (555, 430),
-    ("opensora-plan", "a6000", 480, 352, 97, 50): (622, 502),
-    ("opensora-plan", "a6000", 1024, 576, 97, 50): (2162, 1832),
-    ("opensora-plan", "l40", 480, 352, 97, 10): (252, 154),
-    ("opensora-plan", "l40", 1024, 576, 97, 10): (731, 591),
-    ("opensora-plan", "l40", 480, 352, 97, 50): (738, 657),
-    ("opensora-plan", "l40", 1024, 576, 97, 50): (2940, 2689),
-    ("hunyuan-video", "a6000", 480, 352, 97, 10): (540, 165),
-    ("hunyuan-video", "a6000", 1024, 576, 97, 10): (1399, 729),
-    ("hunyuan-video", "a6000", 480, 352, 97, 50): (965, 726),
-    ("hunyuan-video", "a6000", 1024, 576, 97, 50): (3726, 3453),
-    ("hunyuan-video", "l40", 480, 352, 97, 10): (676, 229),
-    ("hunyuan-video", "l40", 1024, 576, 97, 10): (2237, 1333),
-    ("hunyuan-video", "l40", 480, 352, 97, 50): (1350, 1068),
-    ("hunyuan-video", "l40", 1024, 576, 97, 50): (6952, 6453),
-}
+# The families' rows (each entry's planner.paper), in the paper's table order, PIPEDIT-PAPER §5.
+_DECLARED: tuple[PaperCells, ...] = tuple(sorted(
+    (families.load(entry.planner.paper) for entry in families.families() if entry.planner.paper),
+    key=lambda declared: declared.table_position))
+# (model, gpu, width, height, frames, steps) -> (base s, PipeDiT s)
+HEADLINE = {(declared.model, *cell): seconds for declared in _DECLARED for cell, seconds in declared.rows.items()}
+BASE_LAYOUT = {declared.model: declared.base_layout for declared in _DECLARED}
 TOLERANCE = 0.25
 INTERCONNECT = {"a6000": "nvlink", "l40": "pcie"}  # A6000: NVLink pairs + PCIe 4.0; L40: PCIe only
 
@@ -83,7 +73,7 @@ def predict_cell(cell: tuple) -> Row:
     model = full_size(model_name)
     problem = Problem(model, node(gpu, GPUS, INTERCONNECT[gpu]), Shape(height, width, frames), steps, PROMPTS)
     tiled = _tiled(problem)
-    base_u, base_r = (4, 2) if model.family == "hunyuan-video" else (8, 1)
+    base_u, base_r = BASE_LAYOUT[model_name]
     base = predict(problem, Candidate(0, base_u, base_r, None, False, tiled, offload=True))
     one_gpu = step_seconds(model, problem.shape, problem.node, Layout()) * steps
     decode = balance_decode_ranks(one_gpu, decode_seconds(model, problem.shape, problem.node, tiled), GPUS)

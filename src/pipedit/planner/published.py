@@ -20,6 +20,8 @@ the ones the sequence-parallel overhead (hardware.SP_OVERHEAD) is fitted to: the
 parallel degrees and run stock bf16 kernels. The Wan cells are printed beside them, not fitted:
 their frameworks differ in kernels (8-bit attention, fused norms) more than in parallelism, and
 their layouts are not stated.
+
+The cells and their sources are the families' (each entry's planner.published: a Published set).
 """
 
 from __future__ import annotations
@@ -28,65 +30,17 @@ import math
 import statistics
 from dataclasses import dataclass, replace
 
+from .. import families
 from .cost import Layout, Shape, step_seconds
 from .hardware import GpuProfile, make_node, profile
-from .models import full_size, wan_i2v_14b
 from .search import Candidate, Problem, predict
+from .validation import Cell, Published
 
-XDIT = "xdit"
-LIGHTX2V = "lightx2v"
-SOURCES = {
-    XDIT: "github.com/xdit-project/xDiT docs/performance/hunyuanvideo.md (commit 175e0bfec974), "
-          "'1280x720 Resolution' and '960x960 Resolution' tables, H100 rows",
-    LIGHTX2V: "github.com/ModelTC/LightX2V README.md (commit f8aee98b5462), 'Performance Benchmarks (Updated "
-              "on 2025.12.01)', 'Cross-Framework Performance Comparison (H100)' table",
-}
-SPECS = {"hunyuan-video": lambda: full_size("hunyuan-video"), "wan-i2v-14b": wan_i2v_14b}
-
-
-@dataclass(frozen=True)
-class Cell:
-    framework: str
-    model: str  # a key of SPECS
-    gpu: str  # the planner profile
-    gpus: int
-    ulysses: int
-    stated: bool  # the source states the parallel degrees (else: Ulysses over all GPUs, assumed)
-    width: int
-    height: int
-    frames: int
-    steps: int
-    per: str  # "video": end to end, one request; "step": one denoising step
-    seconds: float
-    source: str
-
-    @property
-    def fitted(self) -> bool:
-        return self.framework == "xDiT" and self.model == "hunyuan-video"
-
-    @property
-    def series(self) -> tuple:
-        """Cells that differ only in GPU count."""
-        return self.framework, self.model, self.gpu, self.width, self.height, self.frames, self.steps, self.per
-
-
-def _xdit(gpus: int, width: int, height: int, seconds: float) -> Cell:
-    return Cell("xDiT", "hunyuan-video", "h100", gpus, gpus, True, width, height, 129, 50, "video", seconds, XDIT)
-
-
-def _lightx2v(framework: str, gpus: int, seconds: float) -> Cell:
-    return Cell(framework, "wan-i2v-14b", "h100", gpus, gpus, gpus == 1, 832, 480, 81, 40, "step", seconds, LIGHTX2V)
-
-
-CELLS = (
-    _xdit(1, 1280, 720, 1904.08), _xdit(2, 1280, 720, 925.04), _xdit(4, 1280, 720, 514.08),
-    _xdit(8, 1280, 720, 337.58),
-    _xdit(1, 960, 960, 1735.01), _xdit(2, 960, 960, 934.09), _xdit(3, 960, 960, 645.45), _xdit(6, 960, 960, 367.02),
-    _lightx2v("Diffusers", 1, 9.77), _lightx2v("xDiT", 1, 8.93), _lightx2v("FastVideo", 1, 7.35),
-    _lightx2v("SGL-Diffusion", 1, 6.13), _lightx2v("LightX2V", 1, 5.18),
-    _lightx2v("FastVideo", 8, 2.94), _lightx2v("xDiT", 8, 2.70), _lightx2v("SGL-Diffusion", 8, 1.19),
-    _lightx2v("LightX2V", 8, 0.75),
-)
+_DECLARED: tuple[Published, ...] = tuple(families.load(entry.planner.published) for entry in families.families()
+                                         if entry.planner.published)
+SOURCES = {key: text for declared in _DECLARED for key, text in declared.sources.items()}
+SPECS = {name: spec for declared in _DECLARED for name, spec in declared.specs.items()}
+CELLS = tuple(cell for declared in _DECLARED for cell in declared.cells)
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from .. import families
 from .memory import RANK_HOST_BYTES, idle_expert_host_bytes
 from .search import Prediction, Problem
 
@@ -78,8 +79,8 @@ def engine_config_yaml(problem: Problem, best: Prediction, model_path: str | Non
     }
     if problem.node.nodes > 1:
         data["parallel"]["nodes"] = problem.node.nodes
-    if problem.model.family == "wan":
-        data["model"]["name"] = "wan"
+    if families.family(problem.model.family).planner.names_itself:
+        data["model"]["name"] = problem.model.family
     if problem.model.experts > 1:
         data["model"]["idle_expert"] = c.idle_expert
     note = (f"# Written by `pipedit plan`: the best of the planner's configurations for {problem.model.name} "

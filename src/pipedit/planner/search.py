@@ -5,7 +5,7 @@ Two-expert models (Wan2.2 A14B) are planned with both experts resident and with 
 host memory (`model.idle_expert: offload`): then each request swaps experts twice on every
 denoise rank (at the boundary, and back before the next request's first step). A swap copies the
 wanted expert in from its memory-mapped checkpoint files; the idle one is only re-pointed at its
-mapping, nothing is copied out (integrations/wan/experts.py): one host-to-device copy per swap."""
+mapping, nothing is copied out (pipedit.mapped_weights): one host-to-device copy per swap."""
 
 from __future__ import annotations
 

@@ -67,7 +67,7 @@ def measure_request_times(config: EngineConfig, model_path: str, request: VideoR
 
 
 def _calibration_file() -> Path:
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+    from ..local_cache import default_cache_dir
 
     return default_cache_dir() / "calibration.json"
 

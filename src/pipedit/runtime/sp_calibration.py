@@ -27,7 +27,7 @@ TIMED_STEPS = 8
 
 
 def _cache_file() -> Path:
-    from pipedit.integrations.hunyuan_video.demo_checkpoint import default_cache_dir
+    from ..local_cache import default_cache_dir
 
     return default_cache_dir() / "calibration-sp.json"
 

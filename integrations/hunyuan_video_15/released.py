@@ -1,14 +1,15 @@
 """HunyuanVideo 1.5's released configs (no weights) in the diffusers layout the adapter reads
 (hunyuanvideo-community's HunyuanVideo-1.5 *-Diffusers layout); the dims are
-pipedit.planner.hunyuan_video_15's, so the dry run and the planner describe the same models.
+.planner's, so the dry run and the planner describe the same models.
 Not the release's: the scheduler's shift (it moves timesteps, not memory)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pipedit.planner import hunyuan_video_15 as release
+from pipedit.dryrun.released import write_config
+
+from . import planner as release
 
 _SCHEDULER = {"_class_name": "FlowMatchEulerDiscreteScheduler", "num_train_timesteps": 1000, "shift": 5.0,
               "use_dynamic_shifting": False}
@@ -16,13 +17,8 @@ _GUIDER = {"_class_name": "ClassifierFreeGuidance", "guidance_scale": 6.0, "guid
            "use_original_formulation": False, "start": 0.0, "stop": 1.0, "enabled": True}
 
 
-def _write(folder: Path, name: str, config: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(json.dumps(config, indent=1))
-
-
 def write_release(name: str, root: Path) -> Path:
-    """`name` is one of pipedit.planner.hunyuan_video_15.RELEASES."""
+    """`name` is one of planner.RELEASES."""
     image = release.RELEASES[name][1] == "i2v"
     index = {"_class_name": "HunyuanVideo15ImageToVideoPipeline" if image else "HunyuanVideo15Pipeline",
              "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"],
@@ -34,16 +30,16 @@ def write_release(name: str, root: Path) -> Path:
     if image:
         index.update(image_encoder=["transformers", "SiglipVisionModel"],
                      feature_extractor=["transformers", "SiglipImageProcessor"])
-        _write(root / "image_encoder", "config.json", release.SIGLIP)
-        _write(root / "feature_extractor", "preprocessor_config.json",
+        write_config(root / "image_encoder", "config.json", release.SIGLIP)
+        write_config(root / "feature_extractor", "preprocessor_config.json",
                {"image_processor_type": "SiglipImageProcessor", "size": {"height": 384, "width": 384}})
-    _write(root, "model_index.json", index)
-    _write(root / "transformer", "config.json", release.transformer_config(name))
-    _write(root / "vae", "config.json", release.VAE)
-    _write(root / "text_encoder", "config.json", release.QWEN_TEXT)
-    _write(root / "text_encoder_2", "config.json", release.BYT5_ENCODER)
+    write_config(root, "model_index.json", index)
+    write_config(root / "transformer", "config.json", release.transformer_config(name))
+    write_config(root / "vae", "config.json", release.VAE)
+    write_config(root / "text_encoder", "config.json", release.QWEN_TEXT)
+    write_config(root / "text_encoder_2", "config.json", release.BYT5_ENCODER)
     for tokenizer in ("tokenizer", "tokenizer_2"):
-        _write(root / tokenizer, "tokenizer_config.json", {})
-    _write(root / "scheduler", "scheduler_config.json", _SCHEDULER)
-    _write(root / "guider", "guider_config.json", _GUIDER)
+        write_config(root / tokenizer, "tokenizer_config.json", {})
+    write_config(root / "scheduler", "scheduler_config.json", _SCHEDULER)
+    write_config(root / "guider", "guider_config.json", _GUIDER)
     return root

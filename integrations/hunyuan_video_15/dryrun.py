@@ -14,7 +14,7 @@ import types
 
 import torch
 
-from .models import fake_component
+from pipedit.dryrun.models import fake_component
 
 
 def _packed_forward(self, hidden_states, timestep, encoder_hidden_states, encoder_attention_mask,
@@ -49,7 +49,7 @@ def fake_qwen_encode(tokenizer, text_encoder, prompt):
     """HunyuanVideo 1.5's Qwen states with all 1000 prompt positions valid (the most text its DiT
     attends to; picking the valid ones reads mask values): the forward over the padded template
     length, then the crop, as encode_mllm runs it."""
-    from pipedit.integrations.hunyuan_video_15.text_encoding import CROP_START, LAYERS_SKIPPED, MAX_TOKENS
+    from .text_encoding import CROP_START, LAYERS_SKIPPED, MAX_TOKENS
 
     tokens = tokenizer([prompt], max_length=MAX_TOKENS + CROP_START)
     hidden = text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask,
@@ -59,7 +59,7 @@ def fake_qwen_encode(tokenizer, text_encoder, prompt):
 
 def fake_byt5_encode(tokenizer, text_encoder, prompt):
     """HunyuanVideo 1.5's ByT5 states with all 256 glyph positions valid (quoted text that long)."""
-    from pipedit.integrations.hunyuan_video_15.text_encoding import GLYPH_TOKENS
+    from .text_encoding import GLYPH_TOKENS
 
     tokens = tokenizer([prompt], max_length=GLYPH_TOKENS)
     return text_encoder(input_ids=tokens.input_ids, attention_mask=tokens.attention_mask.float())[0]

@@ -1,6 +1,6 @@
 """Wan's released configs (no weights) in the diffusers layout the wan adapter reads: Wan-AI's
 Wan2.1-T2V-1.3B/14B-Diffusers, Wan2.2-T2V-A14B-Diffusers (`transformer_2`, boundary_ratio) and
-Wan2.2-TI2V-5B-Diffusers (expand_timesteps). The dims are pipedit.planner.wan's, so the dry run
+Wan2.2-TI2V-5B-Diffusers (expand_timesteps). The dims are pipedit.integrations.wan.release's, so the dry run
 and the planner describe the same models (a test compares parameter counts).
 
 Not the release's: the VAE's latents_mean / latents_std (zeros and ones of the right length; they
@@ -11,10 +11,11 @@ the A14B boundary step with them).
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from pipedit.planner import wan
+from pipedit.dryrun.released import write_config
+
+from . import release as wan
 
 _UNIPC = {"_class_name": "UniPCMultistepScheduler", "num_train_timesteps": 1000, "prediction_type": "flow_prediction",
           "use_flow_sigmas": True, "flow_shift": 3.0, "solver_order": 2, "solver_type": "bh2", "predict_x0": True,
@@ -35,22 +36,17 @@ def _index(release: str) -> dict:
     return index
 
 
-def _write(folder: Path, name: str, config: dict) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / name).write_text(json.dumps(config, indent=1))
-
-
-def write_wan_release(release: str, root: Path) -> Path:
-    """`release` is one of pipedit.planner.wan.RELEASES."""
+def write_release(release: str, root: Path) -> Path:
+    """`release` is one of release.RELEASES."""
     index = _index(release)
-    _write(root, "model_index.json", index)
+    write_config(root, "model_index.json", index)
     for name in ("transformer", "transformer_2"):
         if index[name][0] is not None:
-            _write(root / name, "config.json", wan.TRANSFORMERS[release])
+            write_config(root / name, "config.json", wan.TRANSFORMERS[release])
     vae = wan.VAES[release]
     stats = {"latents_mean": [0.0] * vae["z_dim"], "latents_std": [1.0] * vae["z_dim"]}
-    _write(root / "vae", "config.json", {**vae, **stats})
-    _write(root / "text_encoder", "config.json", wan.UMT5_XXL)
-    _write(root / "tokenizer", "tokenizer_config.json", {"model_max_length": wan.TEXT_TOKENS})
-    _write(root / "scheduler", "scheduler_config.json", _UNIPC)
+    write_config(root / "vae", "config.json", {**vae, **stats})
+    write_config(root / "text_encoder", "config.json", wan.UMT5_XXL)
+    write_config(root / "tokenizer", "tokenizer_config.json", {"model_max_length": wan.TEXT_TOKENS})
+    write_config(root / "scheduler", "scheduler_config.json", _UNIPC)
     return root

@@ -90,7 +90,7 @@ def params(config: dict) -> float:
 def spec(name: str, dit: dict, vae: dict, image: bool, dit_params: float | None = None,
          vae_params: float | None = None, encoders: tuple | None = None):
     """A ModelSpec from a transformer and a VAE config (diffusers' config.json keys)."""
-    from .models import ModelSpec, TextEncoder
+    from pipedit.planner.models import ModelSpec, TextEncoder
 
     heads, head_dim = int(dit["num_attention_heads"]), int(dit["attention_head_dim"])
     patch, patch_t = int(dit.get("patch_size", 1)), int(dit.get("patch_size_t", 1))
@@ -122,28 +122,28 @@ SIZES = {name: (lambda name=name: released(name)) for name in RELEASES}
 def from_checkpoint(root):
     """The checkpoint's dims (transformer/ and vae/ config.json) and parameter counts (safetensors
     headers); image-to-video when model_index.json names that pipeline."""
-    from .models import TextEncoder, _param_count, _read
+    from pipedit.planner.models import TextEncoder, param_count, read_config
 
-    index = _read(root / "model_index.json")
+    index = read_config(root / "model_index.json")
     image = index.get("_class_name") == "HunyuanVideo15ImageToVideoPipeline"
-    dit = _read(root / "transformer" / "config.json")
+    dit = read_config(root / "transformer" / "config.json")
     found = []
     for folder, tokens in (("text_encoder", MLLM_TOKENS + TEMPLATE_TOKENS), ("text_encoder_2", GLYPH_TOKENS),
                            ("image_encoder", IMAGE_TOKENS)):
-        count = _param_count(root / folder)
+        count = param_count(root / folder)
         if count is not None:
             found.append(TextEncoder(folder, count, tokens))
     name = f"{root.name} (HunyuanVideo 1.5, {dit['num_attention_heads']}x{dit['attention_head_dim']})"
-    return spec(name, dit, _read(root / "vae" / "config.json"), image, _param_count(root / "transformer"),
-                _param_count(root / "vae"), tuple(found) or None)
+    return spec(name, dit, read_config(root / "vae" / "config.json"), image, param_count(root / "transformer"),
+                param_count(root / "vae"), tuple(found) or None)
 
 
 def decode_peak_bytes(model, shape, tiled: bool) -> float:
     """One decode at bf16 (tiled: one 256-pixel tile, all frames), by the adapter's own predictor
-    (integrations/hunyuan_video_15/vae_memory.py), so auto tiling and the planner agree."""
+    (.vae_memory), so auto tiling and the planner agree."""
     import torch
 
-    from pipedit.integrations.hunyuan_video_15.vae_memory import predict_decode_peak_bytes, predict_tiled_peak_bytes
+    from .vae_memory import predict_decode_peak_bytes, predict_tiled_peak_bytes
 
     latents = (1, model.latent_channels, *model.latent_shape(shape.height, shape.width, shape.frames))
     predict = predict_tiled_peak_bytes if tiled else predict_decode_peak_bytes
@@ -151,10 +151,11 @@ def decode_peak_bytes(model, shape, tiled: bool) -> float:
 
 
 def decode_flops(model, height: int, width: int, frames: int, tiled: bool) -> float:
-    """HunyuanVideo's decoder walk (vae_cost.hunyuan_pass_flops) over the 1.5 VAE's config in one
+    """HunyuanVideo's decoder walk (its planner's pass_flops) over the 1.5 VAE's config in one
     pass (this VAE decodes the whole video at once); tiled: the overlapping tiles' extra pixels."""
-    from .vae_cost import _tile_factor, hunyuan_pass_flops
+    from pipedit.integrations.hunyuan_video.planner import pass_flops
+    from pipedit.planner.vae_cost import tile_factor
 
     lt, lh, lw = model.latent_shape(height, width, frames)
-    flops = hunyuan_pass_flops(model.vae, lt, lh, lw)
-    return flops * (_tile_factor(height) * _tile_factor(width) if tiled else 1.0)
+    flops = pass_flops(model.vae, lt, lh, lw)
+    return flops * (tile_factor(height) * tile_factor(width) if tiled else 1.0)
