@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
@@ -30,7 +29,8 @@ from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams, shift_parameter
+from pipedit.sampling import shift_parameter
+from pipedit.video_adapter import DiffusersVideoAdapter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
@@ -43,7 +43,7 @@ _T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
 _IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
-class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
+class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, AdapterHooks):
     family = "wan"
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
@@ -51,6 +51,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # Each checkpoint sets these at load: image-to-video and two-expert ones widen them (image,
     # needs_image, guidance_scale_2); flow_shift is whether its scheduler has a shift to set.
     capabilities = Capabilities(negative_prompt=True, cfg_parallel=True, flow_shift=True)
+    new_scheduler = staticmethod(make_scheduler)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident", expert_homes: list | None = None):
@@ -273,17 +274,10 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
             raise InvalidRequestError("step caching is not available for two-expert Wan2.2 checkpoints; use cache none")
         return cache_blocks(self.transformer)
 
-    # -- denoising -------------------------------------------------------------------------
-    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
-        frames = (shape.num_frames - 1) // self.temporal_ratio + 1
-        channels = int(self.vae_config.get("z_dim", 16))  # as the reference (I2V's DiT takes more: the condition)
-        return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
-
-    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
-        return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
-
-    def make_scheduler(self, sampling: SamplingParams):
-        return make_scheduler(self.components["scheduler"], sampling, self.device)
+    # -- denoising (latents and scheduler: DiffusersVideoAdapter) ---------------------------
+    @property
+    def latent_channels(self) -> int:
+        return int(self.vae_config.get("z_dim", 16))  # as the reference (I2V's DiT takes more: the condition)
 
     # -- decoding --------------------------------------------------------------------------
     @torch.no_grad()
