@@ -72,11 +72,9 @@ class HunyuanVideoAdapter(ComponentAccess, FreeMemoryTiling, DiffusersVideoAdapt
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
-                        fuse_loras=False, named_loras=()):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
         """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
-        auto, on or off (see _set_tiling); loras go into the transformer before the attention
-        processors (pipedit.lora.inject)."""
+        auto, on or off (see _set_tiling)."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:
@@ -89,10 +87,6 @@ class HunyuanVideoAdapter(ComponentAccess, FreeMemoryTiling, DiffusersVideoAdapt
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
-        if (loras or named_loras) and "transformer" in components:
-            from pipedit.lora.inject import apply_loras
-
-            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, vae_tiling)
 
     @property

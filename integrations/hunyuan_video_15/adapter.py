@@ -103,8 +103,7 @@ class HunyuanVideo15Adapter(ComponentAccess, FreeMemoryTiling, DiffusersVideoAda
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
         """dtype None loads each component as diffusers' pipeline does by default. vae_tiling: see
-        decode_mode. No LoRA adapters: the family declares no LoRA loader (pipedit.families), so
-        load_adapter refuses them before this runs."""
+        decode_mode."""
         index = read_model_index(path)
         image_to_video = index["_class_name"] == IMAGE_TO_VIDEO
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}

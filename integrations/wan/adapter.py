@@ -63,6 +63,7 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
         self.temporal_ratio = int(self.vae_config.get("scale_factor_temporal", 4))
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
         self.layout = layout
+        self.idle_expert = idle_expert
         self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
                                     guidance_scale_2=layout.two_experts,
                                     flow_shift=shift_parameter(components["scheduler"].config) is not None)
@@ -81,12 +82,10 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto",
-                        idle_expert="resident", loras=(), fuse_loras=False, named_loras=()):
+                        idle_expert="resident"):
         """dtype None loads each component as diffusers' pipeline does by default. Wan decodes
         untiled, as WanPipeline does by default (vae_tiling auto or off). idle_expert (two-expert
-        checkpoints, denoise ranks): resident or offload (experts.py). loras go into the experts
-        they name right after loading (pipedit.lora.inject); offload refuses them (its host copies
-        are the checkpoint's files, which hold no adapter)."""
+        checkpoints, denoise ranks): resident or offload (experts.py)."""
         if vae_tiling not in ("auto", "off"):
             raise UserInputError(f"vae_tiling {vae_tiling!r} is not available for wan (it decodes untiled): "
                                  f"use auto or off")
@@ -95,9 +94,6 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
         index = read_model_index(path)
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         layout = WanLayout.read(path, index, configs["transformer"])
-        if (loras or named_loras) and idle_expert == "offload" and layout.two_experts:
-            raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
-                                 "copy is its checkpoint files); use idle_expert resident")
         # Offload (on a GPU): the idle expert never occupies the device, even while loading.
         offload = idle_expert == "offload" and layout.two_experts and torch.device(device).type != "cpu"
         components = {name: load_component(path, index, name, dtype=dtype, device=device)
@@ -114,11 +110,14 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
                 idle = module, mapped(folder, module)
             components["transformer_2"] = idle[0]
             expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
-        if (loras or named_loras) and "transformer" in components:
-            from pipedit.lora.inject import apply_loras
-
-            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
+
+    def check_loras(self) -> None:
+        """LoRA adapters go into the experts they name (pipedit.lora.inject); offload refuses them:
+        the idle expert's host copy is its checkpoint files, which hold no adapter."""
+        if self.idle_expert == "offload" and self.layout.two_experts:
+            raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
+                                 "copy is its checkpoint files); use idle_expert resident")
 
     def _boundary_timestep(self) -> float | None:
         """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""

@@ -32,7 +32,7 @@ class VideoRequest:
     image: bytes | None = field(default=None, repr=False)  # image-to-video: the image file's bytes
     guidance_scale_2: float | None = None  # two-expert models: the low-noise expert's; None: guidance_scale
     flow_shift: float | None = None  # the scheduler's shift; None: the checkpoint scheduler's own
-    # The server's named LoRA adapters (model.loras) this request runs with: ((name, scale or None:
+    # The server's named LoRA adapters (model.offered_loras) this request runs with: ((name, scale or None:
     # the name's default), ...); given as [{"name": NAME, "scale": S}, ...] too. The ranks check
     # the names against the offered ones again (pipedit.lora.switch).
     loras: tuple | None = ()
