@@ -12,7 +12,6 @@ from dataclasses import replace
 
 import torch
 from diffusers.pipelines.hunyuan_video.pipeline_hunyuan_video import DEFAULT_PROMPT_TEMPLATE
-from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
@@ -20,11 +19,13 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams, shift_parameter
+from pipedit.sampling import shift_parameter
+from pipedit.video_adapter import DiffusersVideoAdapter, FreeMemoryTiling
 
 from .parallel import TextKeys, install_processors
 from .sampler import make_scheduler
-from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile
+# free_device_bytes, predict_decode_peak_bytes, should_tile: the tiling rules FreeMemoryTiling reads here.
+from .vae_memory import check_mode, free_device_bytes, predict_decode_peak_bytes, should_tile  # noqa: F401
 
 LLAMA_MAX_TOKENS = 256
 CLIP_MAX_TOKENS = 77
@@ -32,7 +33,7 @@ CLIP_MAX_TOKENS = 77
 LLAMA_LAYERS_SKIPPED = 2
 
 
-class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
+class HunyuanVideoAdapter(ComponentAccess, FreeMemoryTiling, DiffusersVideoAdapter, AdapterHooks):
     family = "hunyuan-video"
     component_names = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2", "transformer", "vae")
     # The paper places HunyuanVideo's text encoder (Llama, ~8B) with the VAE: too large to share
@@ -41,11 +42,12 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
     # Embedded guidance: no negative branch. flow_shift: whether the checkpoint's scheduler has a
     # shift to set (set at load; HunyuanVideo releases name the flow-match Euler scheduler).
     capabilities = Capabilities(flow_shift=True)
+    new_scheduler = staticmethod(make_scheduler)
+    tiling_module = __name__  # decode tiling by the vae_memory rules imported above (FreeMemoryTiling)
 
     def __init__(self, components: dict, configs: dict, device: torch.device, dtype: torch.dtype | None,
                  vae_tiling: str = "auto"):
         self.vae_tiling = check_mode(vae_tiling)  # auto, on or off: see _set_tiling
-        self._decode_budget: int | None = None  # free memory auto tiling decides on (fix_decode_budget)
         self.components = components
         # Shapes come from the configs, so that every role knows them without the weights.
         self.dit_config, self.vae_config = configs["transformer"], configs["vae"]
@@ -70,11 +72,9 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
 
     # -- loading ---------------------------------------------------------------------------
     @classmethod
-    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto", loras=(),
-                        fuse_loras=False, named_loras=()):
+    def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
         """dtype None loads each component as diffusers' pipeline does by default; vae_tiling:
-        auto, on or off (see _set_tiling); loras go into the transformer before the attention
-        processors (pipedit.lora.inject)."""
+        auto, on or off (see _set_tiling)."""
         index = read_model_index(path)
         wanted = ["scheduler"]
         if "text" in parts:
@@ -87,10 +87,6 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             name: load_component(path, index, name, dtype=dtype, device=device) for name in wanted
         }
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
-        if (loras or named_loras) and "transformer" in components:
-            from pipedit.lora.inject import apply_loras
-
-            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, vae_tiling)
 
     @property
@@ -176,17 +172,10 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
 
         return cache_blocks(self.transformer)
 
-    # -- denoising -------------------------------------------------------------------------
-    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
-        frames = (shape.num_frames - 1) // self.temporal_ratio + 1
-        channels = self.dit_config["in_channels"]
-        return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
-
-    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
-        return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
-
-    def make_scheduler(self, sampling: SamplingParams):
-        return make_scheduler(self.components["scheduler"], sampling, self.device)
+    # -- denoising (latents and scheduler: DiffusersVideoAdapter) ---------------------------
+    @property
+    def latent_channels(self) -> int:
+        return self.dit_config["in_channels"]
 
     @torch.no_grad()
     def predict_noise(self, latents, timestep, cond, guidance_scale: float) -> torch.Tensor:
@@ -225,22 +214,6 @@ class HunyuanVideoAdapter(ComponentAccess, AdapterHooks):
             self.vae.enable_tiling()
         else:
             self.vae.disable_tiling()
-
-    def decode_mode(self, latent_shape) -> int:
-        """1: tiled, 0: untiled, as a decode of this shape on this rank would run now: on the
-        decode ranks' common budget once the engine fixed one, else on this rank's free memory."""
-        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
-        free = self._decode_budget if self._decode_budget is not None else free_device_bytes(self.device)
-        return int(should_tile(self.vae_tiling, self.device, predicted, free))
-
-    def free_decode_bytes(self) -> int | None:
-        return free_device_bytes(self.device)
-
-    def fix_decode_budget(self, free_bytes: int) -> None:
-        # Decode ranks hold different parts (one also holds the text encoder), so each one's own
-        # free memory would tile a video on one rank and not on the other: a request's frames
-        # would depend on the rank that took it. The engine fixes the tightest rank's figure.
-        self._decode_budget = free_bytes
 
     # -- one video's decode over several ranks (pipedit.runtime.split_decode) --------------
     def split_plan(self, latents: torch.Tensor, mode: int, parts: int):

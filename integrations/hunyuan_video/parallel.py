@@ -2,8 +2,9 @@
 
 Video tokens are sharded along the sequence (shard plan hooks on x_embedder, rope and proj_out);
 text tokens stay replicated on every rank, so the model's own text-padding mask stays valid. A
-custom attention processor hands video and text Q/K/V to a pipedit AttentionStrategy, which
-attends over [all video tokens ; text tokens] as the single-device model does.
+custom attention processor projects video and text Q/K/V and hands them, through the shared
+dispatch (pipedit.attention.dispatch), to a pipedit AttentionStrategy, which attends over
+[all video tokens ; text tokens] as the single-device model does.
 
 Hazard: the processor depends on diffusers' Attention attribute names (to_q, add_q_proj,
 norm_added_q, to_out, to_add_out) and on the processor call signature (Attention.forward drops
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 import torch
 from diffusers.models.embeddings import apply_rotary_emb
 
+from pipedit.attention.base import JointTokens
+from pipedit.attention.dispatch import SequenceParallelProcessor
 from pipedit.distributed.shard_plan import SequenceShardPlan, SequenceShards, apply_shard_plan
 
 SHARD_PLAN = SequenceShardPlan(
@@ -45,24 +48,18 @@ def _norm(norm, x: torch.Tensor) -> torch.Tensor:
     return x if norm is None else norm(x)
 
 
-class SequenceParallelAttnProcessor:
-    """Projects Q, K, V and hands them to the strategy. With a Ulysses-style strategy each video
-    projection's all-to-all starts as soon as it is computed, so the next projections (and the
-    text stream's) overlap the communication; the math is the same either way."""
+class SequenceParallelAttnProcessor(SequenceParallelProcessor):
+    """HunyuanVideo's projections (dual-stream: separate text projections; single-stream: one
+    projection of [video ; text]), norms and rope; the strategy call is the shared dispatch's.
+    Each video projection is started as soon as it is computed, so the next projections (and the
+    text stream's) overlap a Ulysses-style strategy's all-to-all; the math is the same either way."""
 
     def __init__(self, strategy, shards: SequenceShards | None, text_keys: TextKeys | None = None):
-        self.strategy = strategy
-        self.shards = shards  # None: one rank holds the whole sequence
+        super().__init__(strategy, shards)
         self.text_keys = text_keys or TextKeys()
-        self.overlapped = hasattr(strategy, "start_sequence_to_heads")
-
-    def _start(self, video: torch.Tensor):
-        if self.overlapped:
-            return self.strategy.start_sequence_to_heads(video, self.shards.sizes)
-        return video
 
     def _video_and_text(self, attn, hidden_states, encoder_hidden_states, rotary):
-        """Per projection: the video part (all-to-all started) and the text part."""
+        """Per projection: the video part (started) and the text part."""
         text_len = encoder_hidden_states.shape[1]
         single_stream = attn.add_q_proj is None  # one projection for video and text
         source = torch.cat([hidden_states, encoder_hidden_states], dim=1) if single_stream else hidden_states
@@ -72,7 +69,7 @@ class SequenceParallelAttnProcessor:
             video = projected[:, :-text_len] if single_stream else projected
             if rope is not None:
                 video = apply_rotary_emb(video, rope, sequence_dim=1)
-            started.append(self._start(video))
+            started.append(self.start(video))
             if single_stream:
                 text.append(projected[:, -text_len:])
         if not single_stream:  # computed while the video all-to-alls are in flight
@@ -86,19 +83,13 @@ class SequenceParallelAttnProcessor:
         if encoder_hidden_states is None:
             raise RuntimeError("HunyuanVideo sequence-parallel attention expects text tokens")
         text_len = encoder_hidden_states.shape[1]
-        sizes = self.shards.sizes if self.shards is not None else (hidden_states.shape[1],)
         started, (text_q, text_k, text_v) = self._video_and_text(
             attn, hidden_states, encoder_hidden_states, image_rotary_emb
         )
         # The model's mask ends in the text keys' validity: HunyuanVideo's is [B, 1, 1, S_local + L]
         # (video keys always valid), HunyuanVideo 1.5's [B, L] (its text and image tokens only).
         mask = attention_mask.flatten(1)[:, -text_len:] if attention_mask is not None and self.text_keys.padded else None
-        joint = {"joint_q": text_q, "joint_k": text_k, "joint_v": text_v, "joint_kv_mask": mask}
-        if self.overlapped:
-            q_h, k_h, v_h = (pending.wait() for pending in started)
-            out, text_out = self.strategy.attend_heads(q_h, k_h, v_h, num_heads=attn.heads, shard_sizes=sizes, **joint)
-        else:
-            out, text_out = self.strategy(*started, shard_sizes=sizes, **joint)
+        out, text_out = self.attend(started, num_heads=attn.heads, joint=JointTokens(text_q, text_k, text_v, mask))
         dtype = text_q.dtype
         out, text_out = out.flatten(2, 3).to(dtype), text_out.flatten(2, 3).to(dtype)
         if getattr(attn, "to_out", None) is not None:

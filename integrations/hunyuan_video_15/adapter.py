@@ -29,7 +29,6 @@ import copy
 from dataclasses import replace
 
 import torch
-from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
@@ -38,15 +37,17 @@ from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, ModelPathError
 from pipedit.guidance import GuidedPrediction
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams, shift_parameter
+from pipedit.sampling import shift_parameter
+from pipedit.video_adapter import DiffusersVideoAdapter, FreeMemoryTiling
 from pipedit.integrations.hunyuan_video.parallel import TextKeys, install_processors
 from pipedit.integrations.hunyuan_video.sampler import make_scheduler
-from pipedit.integrations.hunyuan_video.vae_memory import check_mode, free_device_bytes, should_tile
+# free_device_bytes, should_tile and predict_decode_peak_bytes: the tiling rules FreeMemoryTiling reads here.
+from pipedit.integrations.hunyuan_video.vae_memory import check_mode, free_device_bytes, should_tile  # noqa: F401
 
 from .guider import Guider
 from .image_condition import SIGLIP_TOKENS, condition_latents, siglip_states
 from .text_encoding import GLYPH_TOKENS, MAX_TOKENS, encode_glyphs, encode_mllm
-from .vae_memory import predict_decode_peak_bytes
+from .vae_memory import predict_decode_peak_bytes  # noqa: F401
 
 IMAGE_TO_VIDEO = "HunyuanVideo15ImageToVideoPipeline"
 TEXT_PARTS = ("tokenizer", "text_encoder", "tokenizer_2", "text_encoder_2")
@@ -58,13 +59,18 @@ STREAMS = ("image_embeds", "prompt_embeds_2", "prompt_embeds")
 NEGATIVE = "negative_"
 
 
-class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
+class HunyuanVideo15Adapter(ComponentAccess, FreeMemoryTiling, DiffusersVideoAdapter, GuidedPrediction, AdapterHooks):
     family = "hunyuan-video-1.5"
     component_names = (*TEXT_PARTS, *IMAGE_PARTS, "transformer", "vae")
     # Qwen2.5-VL-7B is too large to share memory with the 8.3B DiT: with the VAE, as HunyuanVideo's Llama.
     preferred_text_encoder = "vae"
     # Each checkpoint sets these at load (image-to-video; a guider that is off drops the negative branch).
     capabilities = Capabilities(negative_prompt=True, cfg_parallel=True, flow_shift=True)
+    new_scheduler = staticmethod(make_scheduler)
+    # Decode tiling on free memory (FreeMemoryTiling) by the rules imported above: the VAE's spatial
+    # tiling (256-pixel tiles overlapping by a quarter, all frames; a video within one tile decodes
+    # untiled), HunyuanVideo's rule (should_tile: never on CPU) on this VAE's own peak prediction.
+    tiling_module = __name__
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  image_to_video: bool = False, guider: Guider = Guider(), vae_tiling: str = "auto"):
@@ -74,7 +80,6 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.dtype = dtype
         self.guider = guider
         self.vae_tiling = check_mode(vae_tiling)  # auto, on or off: see decode_mode
-        self._decode_budget: int | None = None  # free memory auto tiling decides on (fix_decode_budget)
         self.spatial_ratio = int(self.vae_config.get("spatial_compression_ratio", 16))
         self.temporal_ratio = int(self.vae_config.get("temporal_compression_ratio", 4))
         self.image_to_video = image_to_video
@@ -98,8 +103,7 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto"):
         """dtype None loads each component as diffusers' pipeline does by default. vae_tiling: see
-        decode_mode. No LoRA adapters: the family declares no LoRA loader (pipedit.families), so
-        load_adapter refuses them before this runs."""
+        decode_mode."""
         index = read_model_index(path)
         image_to_video = index["_class_name"] == IMAGE_TO_VIDEO
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
@@ -247,17 +251,10 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
         return cache_blocks(self.transformer)
 
-    # -- denoising -------------------------------------------------------------------------
-    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
-        frames = (shape.num_frames - 1) // self.temporal_ratio + 1
-        channels = int(self.vae_config.get("latent_channels", 32))
-        return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
-
-    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
-        return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
-
-    def make_scheduler(self, sampling: SamplingParams):
-        return make_scheduler(self.components["scheduler"], sampling, self.device)
+    # -- denoising (latents and scheduler: DiffusersVideoAdapter) ---------------------------
+    @property
+    def latent_channels(self) -> int:
+        return int(self.vae_config.get("latent_channels", 32))
 
     # -- decoding -------------------------------------------------------------------------
     @torch.no_grad()
@@ -270,21 +267,3 @@ class HunyuanVideo15Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         return self.frames(self.vae.decode(latents, return_dict=False)[0])
 
     frames = staticmethod(frames_from_vae)  # the VAE's video -> frames [B, F, H, W, 3] in [0, 1]
-
-    def decode_mode(self, latent_shape) -> int:
-        """1: the VAE's spatial tiling (256-pixel tiles overlapping by a quarter, all frames; a video
-        within one tile decodes untiled), 0: untiled, as diffusers decodes by default. on and off
-        decide alone; auto tiles on CUDA when the untiled prediction does not fit the free memory
-        (the decode ranks' common budget once the engine fixed one), never on CPU (HunyuanVideo's
-        rule, hunyuan_video/vae_memory.should_tile)."""
-        predicted = predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
-        free = self._decode_budget if self._decode_budget is not None else free_device_bytes(self.device)
-        return int(should_tile(self.vae_tiling, self.device, predicted, free))
-
-    def free_decode_bytes(self) -> int | None:
-        return free_device_bytes(self.device)
-
-    def fix_decode_budget(self, free_bytes: int) -> None:
-        # One decode rank also holds the text encoders: each rank's own free memory would tile a
-        # video on one rank and not on another. The engine fixes the tightest rank's figure.
-        self._decode_budget = free_bytes

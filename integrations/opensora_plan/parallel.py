@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 
 from pipedit.attention.base import TokenLayout
-from pipedit.distributed.shard_plan import SequenceShardPlan, SequenceShards, apply_shard_plan
+from pipedit.attention.dispatch import SequenceParallelProcessor
+from pipedit.distributed.shard_plan import SequenceShardPlan, apply_shard_plan
 from pipedit.errors import UserInputError
 
 from .rope import apply_rope
@@ -67,27 +68,13 @@ class VideoKeys(TokenLayout):
         return self.sparse.regroup(valid.to(torch.uint8).unsqueeze(-1)).squeeze(-1) > 0
 
 
-class OpenSoraSequenceParallelProcessor:
+class OpenSoraSequenceParallelProcessor(SequenceParallelProcessor):
     """processor(attn, hidden_states, encoder_hidden_states, attention_mask, rotary, layout),
-    the OpenSoraAttention processor contract, over a sequence shard."""
-
-    def __init__(self, strategy, shards: SequenceShards) -> None:
-        self.strategy = strategy
-        self.shards = shards
-        self.overlapped = hasattr(strategy, "start_sequence_to_heads")
+    the OpenSoraAttention processor contract, over a sequence shard (the strategy call: the shared
+    dispatch)."""
 
     def _project(self, proj, x: torch.Tensor, attn) -> torch.Tensor:
         return proj(x).unflatten(-1, (attn.heads, attn.head_dim))
-
-    def _start(self, x: torch.Tensor):
-        return self.strategy.start_sequence_to_heads(x, self.shards.sizes) if self.overlapped else x
-
-    def _attend(self, attn, started, **call):
-        sizes = self.shards.sizes
-        if self.overlapped:
-            q, k, v = (None if p is None else p.wait() for p in started)
-            return self.strategy.attend_heads(q, k, v, num_heads=attn.heads, shard_sizes=sizes, **call)[0]
-        return self.strategy(*started, shard_sizes=sizes, **call)[0]
 
     def __call__(self, attn, hidden_states, encoder_hidden_states=None, attention_mask=None, rotary=None,
                  layout=None):
@@ -97,15 +84,15 @@ class OpenSoraSequenceParallelProcessor:
                 x = self._project(proj, hidden_states, attn)
                 if rope and rotary is not None:
                     x = apply_rope(x, *rotary)
-                started.append(self._start(x))
+                started.append(self.start(x))
             valid = _valid(attention_mask)
             keys = None if layout is None and valid is None else VideoKeys(layout, valid)
-            out = self._attend(attn, started, layout=keys)
+            out = self.attend(started, num_heads=attn.heads, layout=keys)[0]
         else:
             q = self._project(attn.to_q, hidden_states, attn)
             text_k = self._project(attn.to_k, encoder_hidden_states, attn)
             text_v = self._project(attn.to_v, encoder_hidden_states, attn)
-            out = self.strategy.kernel(q, text_k, text_v, _valid(attention_mask))
+            out = self.attend_locally(q, text_k, text_v, _valid(attention_mask))
         return attn.to_out[0](out.flatten(2).to(hidden_states.dtype))
 
 

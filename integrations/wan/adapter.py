@@ -20,7 +20,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import torch
-from diffusers.utils.torch_utils import randn_tensor
 
 from pipedit.adapter import ALL_PARTS, ComponentAccess, VideoShape, check_video_shape, frames_from_vae, read_model_index
 from pipedit.attention.autotune import AttentionShape
@@ -30,7 +29,8 @@ from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
-from pipedit.sampling import SamplingParams, shift_parameter
+from pipedit.sampling import shift_parameter
+from pipedit.video_adapter import DiffusersVideoAdapter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
 from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
@@ -43,7 +43,7 @@ _T2V = WanLayout(image_to_video=False, image_embeds=False, boundary_ratio=None)
 _IMAGE_KEYS = ("condition", "image_embeds", "first_frame")  # what every CFG branch carries of the image
 
 
-class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
+class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, AdapterHooks):
     family = "wan"
     component_names = _COMPONENTS
     # UMT5-XXL (~6B parameters) is too large to share memory with the 14B DiT, as HunyuanVideo's Llama.
@@ -51,6 +51,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # Each checkpoint sets these at load: image-to-video and two-expert ones widen them (image,
     # needs_image, guidance_scale_2); flow_shift is whether its scheduler has a shift to set.
     capabilities = Capabilities(negative_prompt=True, cfg_parallel=True, flow_shift=True)
+    new_scheduler = staticmethod(make_scheduler)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None,
                  layout: WanLayout = _T2V, idle_expert: str = "resident", expert_homes: list | None = None):
@@ -62,6 +63,7 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         self.temporal_ratio = int(self.vae_config.get("scale_factor_temporal", 4))
         self.spatial_ratio = int(self.vae_config.get("scale_factor_spatial", 8))
         self.layout = layout
+        self.idle_expert = idle_expert
         self.capabilities = replace(type(self).capabilities, image=layout.takes_image, needs_image=layout.needs_image,
                                     guidance_scale_2=layout.two_experts,
                                     flow_shift=shift_parameter(components["scheduler"].config) is not None)
@@ -80,12 +82,10 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- loading ---------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, path, *, parts=ALL_PARTS, device="cpu", dtype=None, vae_tiling="auto",
-                        idle_expert="resident", loras=(), fuse_loras=False, named_loras=()):
+                        idle_expert="resident"):
         """dtype None loads each component as diffusers' pipeline does by default. Wan decodes
         untiled, as WanPipeline does by default (vae_tiling auto or off). idle_expert (two-expert
-        checkpoints, denoise ranks): resident or offload (experts.py). loras go into the experts
-        they name right after loading (pipedit.lora.inject); offload refuses them (its host copies
-        are the checkpoint's files, which hold no adapter)."""
+        checkpoints, denoise ranks): resident or offload (experts.py)."""
         if vae_tiling not in ("auto", "off"):
             raise UserInputError(f"vae_tiling {vae_tiling!r} is not available for wan (it decodes untiled): "
                                  f"use auto or off")
@@ -94,9 +94,6 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         index = read_model_index(path)
         configs = {name: read_component_config(path, name) for name in ("transformer", "vae")}
         layout = WanLayout.read(path, index, configs["transformer"])
-        if (loras or named_loras) and idle_expert == "offload" and layout.two_experts:
-            raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
-                                 "copy is its checkpoint files); use idle_expert resident")
         # Offload (on a GPU): the idle expert never occupies the device, even while loading.
         offload = idle_expert == "offload" and layout.two_experts and torch.device(device).type != "cpu"
         components = {name: load_component(path, index, name, dtype=dtype, device=device)
@@ -113,11 +110,14 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
                 idle = module, mapped(folder, module)
             components["transformer_2"] = idle[0]
             expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
-        if (loras or named_loras) and "transformer" in components:
-            from pipedit.lora.inject import apply_loras
-
-            apply_loras(components, cls.family, loras, fuse_loras, named_loras)
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
+
+    def check_loras(self) -> None:
+        """LoRA adapters go into the experts they name (pipedit.lora.inject); offload refuses them:
+        the idle expert's host copy is its checkpoint files, which hold no adapter."""
+        if self.idle_expert == "offload" and self.layout.two_experts:
+            raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
+                                 "copy is its checkpoint files); use idle_expert resident")
 
     def _boundary_timestep(self) -> float | None:
         """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""
@@ -273,17 +273,10 @@ class WanAdapter(ComponentAccess, GuidedPrediction, AdapterHooks):
             raise InvalidRequestError("step caching is not available for two-expert Wan2.2 checkpoints; use cache none")
         return cache_blocks(self.transformer)
 
-    # -- denoising -------------------------------------------------------------------------
-    def latent_shape(self, shape: VideoShape) -> tuple[int, ...]:
-        frames = (shape.num_frames - 1) // self.temporal_ratio + 1
-        channels = int(self.vae_config.get("z_dim", 16))  # as the reference (I2V's DiT takes more: the condition)
-        return (1, channels, frames, shape.height // self.spatial_ratio, shape.width // self.spatial_ratio)
-
-    def prepare_latents(self, shape: VideoShape, generator: torch.Generator) -> torch.Tensor:
-        return randn_tensor(self.latent_shape(shape), generator=generator, device=self.device, dtype=torch.float32)
-
-    def make_scheduler(self, sampling: SamplingParams):
-        return make_scheduler(self.components["scheduler"], sampling, self.device)
+    # -- denoising (latents and scheduler: DiffusersVideoAdapter) ---------------------------
+    @property
+    def latent_channels(self) -> int:
+        return int(self.vae_config.get("z_dim", 16))  # as the reference (I2V's DiT takes more: the condition)
 
     # -- decoding --------------------------------------------------------------------------
     @torch.no_grad()

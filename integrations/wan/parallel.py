@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import torch
 
+from pipedit.attention.dispatch import SequenceParallelProcessor
 from pipedit.distributed.shard_plan import SequenceShardPlan, SequenceShards, apply_shard_plan, split_sequence
 
 SHARD_PLAN = SequenceShardPlan(
@@ -45,21 +46,13 @@ def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tenso
     return torch.stack((real * c - imag * s, real * s + imag * c), dim=-1).flatten(-2).type_as(x)
 
 
-class WanSequenceParallelProcessor:
+class WanSequenceParallelProcessor(SequenceParallelProcessor):
     """processor(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb), the
-    WanAttention processor contract, over a sequence shard."""
-
-    def __init__(self, strategy, shards: SequenceShards) -> None:
-        self.strategy = strategy
-        self.shards = shards
-        self.overlapped = hasattr(strategy, "start_sequence_to_heads")
+    WanAttention processor contract, over a sequence shard (the strategy call: the shared dispatch)."""
 
     @staticmethod
     def _heads(attn, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(2, (attn.heads, -1))
-
-    def _start(self, x: torch.Tensor):
-        return self.strategy.start_sequence_to_heads(x, self.shards.sizes) if self.overlapped else x
 
     def _self_attention(self, attn, x: torch.Tensor, rotary) -> torch.Tensor:
         started = []
@@ -67,12 +60,8 @@ class WanSequenceParallelProcessor:
             projected = self._heads(attn, proj(x) if norm is None else norm(proj(x)))
             if norm is not None and rotary is not None:
                 projected = rotate(projected, *rotary)
-            started.append(self._start(projected))
-        sizes = self.shards.sizes
-        if self.overlapped:
-            q, k, v = (pending.wait() for pending in started)
-            return self.strategy.attend_heads(q, k, v, num_heads=attn.heads, shard_sizes=sizes)[0]
-        return self.strategy(*started, shard_sizes=sizes)[0]
+            started.append(self.start(projected))
+        return self.attend(started, num_heads=attn.heads)[0]
 
     def _cross_attention(self, attn, x: torch.Tensor, context: torch.Tensor) -> torch.Tensor:
         image = None
@@ -80,10 +69,10 @@ class WanSequenceParallelProcessor:
             image, context = context[:, : context.shape[1] - TEXT_CONTEXT], context[:, -TEXT_CONTEXT:]
         q = self._heads(attn, attn.norm_q(attn.to_q(x)))
         k = self._heads(attn, attn.norm_k(attn.to_k(context)))
-        out = self.strategy.kernel(q, k, self._heads(attn, attn.to_v(context)), None).type_as(q)
+        out = self.attend_locally(q, k, self._heads(attn, attn.to_v(context))).type_as(q)
         if image is not None:
             image_k = self._heads(attn, attn.norm_added_k(attn.add_k_proj(image)))
-            image_out = self.strategy.kernel(q, image_k, self._heads(attn, attn.add_v_proj(image)), None)
+            image_out = self.attend_locally(q, image_k, self._heads(attn, attn.add_v_proj(image)))
             out = image_out.type_as(q) + out  # diffusers adds the text part to the image part's flat form
         return out
 

@@ -195,19 +195,11 @@ def adapter_class_for(path: str | Path, model: str | None = None) -> type:
 
 def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.device = "cpu",
                  dtype: torch.dtype | None = None, vae_tiling: str = "auto", model: str | None = None,
-                 text_encoder_path: str | None = None, idle_expert: str = "resident", loras: tuple = (),
-                 fuse_loras: bool = False, named_loras: tuple = ()) -> ModelAdapter:
+                 text_encoder_path: str | None = None, idle_expert: str = "resident") -> ModelAdapter:
     """idle_expert (model.idle_expert) reaches the adapters with two experts (Wan2.2 A14B); the
-    others have nothing idle and ignore it. `loras` (pipedit.lora.spec.LoraSpec, model.lora) go
-    into the DiT of a rank that loads it, right after it loads: before the shard plan's hooks,
-    attention routing and compile, which the rank installs afterwards (pipedit.lora.inject);
-    `fuse_loras` merges them into its weights; `named_loras` (model.loras) go in inactive, for
-    requests to choose (pipedit.lora.switch)."""
+    others have nothing idle and ignore it. LoRA adapters are applied by the caller right after
+    this returns (pipedit.lora.inject.apply_loras)."""
     entry = family_of_checkpoint(path, model)
-    if loras or named_loras:
-        from .lora.inject import lora_mixin
-
-        lora_mixin(entry)  # refused before any weight loads
     options = {}
     if "idle_expert" in entry.options:
         options["idle_expert"] = idle_expert
@@ -216,8 +208,6 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
             raise ModelPathError(f"a text encoder path applies to {', '.join(_families.accepting('text_encoder_path'))} only, "
                                  f"not to {entry.name}")
         options["text_encoder_path"] = text_encoder_path
-    if (loras or named_loras) and "dit" in parts:
-        options.update(loras=tuple(loras), fuse_loras=fuse_loras, named_loras=tuple(named_loras))
     return entry.adapter_class().from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
                                                  vae_tiling=vae_tiling, **options)
 

@@ -38,15 +38,15 @@ class ModelConfig:
     # Two-expert models (Wan2.2 A14B) on the denoise ranks: resident (both experts on the device) or
     # offload (the idle expert on the host, swapped once per request at the boundary; no-op on CPU).
     idle_expert: str = "resident"
-    # LoRA adapters on the DiT for the whole run (--lora PATH[:SCALE[:EXPERTS]]): a list of those strings
-    # or of {path, scale, experts} (pipedit.lora.spec), held as LoraSpecs; applied on every request.
-    lora: tuple = ()
-    # Merge model.lora into the DiT's weights at load (no per-step cost; the adapters cannot be changed).
+    # LoRA adapters on the DiT for the whole run, applied to every request (--lora PATH[:SCALE[:EXPERTS]]):
+    # a list of those strings or of {path, scale, experts} (pipedit.lora.spec), held as LoraSpecs.
+    run_loras: tuple = ()
+    # Merge model.run_loras into the DiT's weights at load (no per-step cost; the adapters cannot be changed).
     fuse_loras: bool = False
-    # Adapters requests choose by name (VideoRequest.loras): {NAME: PATH} or {NAME: {path, scale,
-    # experts}}, the scale being the name's default; read once at start, held as ((name, LoraSpec), ...).
-    loras: tuple = ()
-    # Named adapters whose weights stay on the GPU; the least recently used go back to host memory.
+    # Adapters the server offers requests by name (VideoRequest.loras): {NAME: PATH} or {NAME: {path,
+    # scale, experts}}, the scale being the name's default; read once at start, as ((name, LoraSpec), ...).
+    offered_loras: tuple = ()
+    # Offered adapters whose weights stay on the GPU; the least recently used go back to host memory.
     max_gpu_loras: int = 4
 
     def __post_init__(self):
@@ -58,12 +58,12 @@ class ModelConfig:
             raise UserInputError(f"model.fuse_loras must be true or false, got {self.fuse_loras!r}")
         from .lora.spec import named_loras
 
-        object.__setattr__(self, "lora", lora_specs(self.lora))
-        object.__setattr__(self, "loras", named_loras(self.loras))
+        object.__setattr__(self, "run_loras", lora_specs(self.run_loras))
+        object.__setattr__(self, "offered_loras", named_loras(self.offered_loras))
         if not _is_int(self.max_gpu_loras) or self.max_gpu_loras < 1:
             raise UserInputError(f"model.max_gpu_loras must be an integer >= 1, got {self.max_gpu_loras!r}")
-        if self.fuse_loras and not self.lora:
-            raise UserInputError("model.fuse_loras needs adapters to fuse: give model.lora (--lora PATH[:SCALE])")
+        if self.fuse_loras and not self.run_loras:
+            raise UserInputError("model.fuse_loras needs adapters to fuse: give model.run_loras (--lora PATH[:SCALE])")
         if isinstance(self.vae_tiling, bool):  # YAML 1.1 reads unquoted on/off as booleans
             raise UserInputError(f"vae_tiling must be one of auto, on, off, got {self.vae_tiling}: "
                                  f"quote on and off in YAML ('on', 'off')")
@@ -363,7 +363,16 @@ def load_config(path: str | Path) -> EngineConfig:
     return EngineConfig(**{name: _section(file, name, cls, data.get(name) or {}) for name, cls in _SECTIONS.items()})
 
 
+# Keys renamed since earlier releases: refused, naming the new key (one letter told the two LoRA keys apart).
+RENAMED_KEYS = {("model", "lora"): "run_loras (adapters applied to every request)",
+                ("model", "loras"): "offered_loras (adapters requests choose by name)"}
+
+
 def _section(file: Path, name: str, cls: type, values: dict) -> Any:
+    for key in values:
+        if (name, key) in RENAMED_KEYS:
+            raise UserInputError(f"config file {file}: {name}.{key} was renamed: write "
+                                 f"{name}.{RENAMED_KEYS[name, key]}")
     allowed = {f.name for f in fields(cls)}
     unknown = set(values) - allowed
     if unknown:

@@ -47,7 +47,7 @@ def _api_loras(value: tuple) -> list[dict]:
 
 
 class LoraChoice(TypedDict, total=False):
-    """One entry of a request's `loras`: a named adapter the server offers (model.loras), and its
+    """One entry of a request's `loras`: a named adapter the server offers (model.offered_loras), and its
     scale (left out: the name's default)."""
 
     name: Required[str]
@@ -232,7 +232,7 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                     hint=" (png, jpeg or webp)", label="Start image",
                     refusal="{family} with this checkpoint takes no image (it is text-to-video); image-to-video "
                             "needs " + IMAGE_MODELS),
-    # The server's named LoRA adapters (model.loras) a request runs with, in its canonical form
+    # The server's named LoRA adapters (model.offered_loras) a request runs with, in its canonical form
     # ((name, scale or None: the name's default), ...). Only a server knows which names it offers:
     # serve.params and the render line check checks them (pipedit.lora.spec.request_loras).
     GenerationField("loras", list, None, "LoRA adapters this request runs with: [{\"name\": NAME, \"scale\": S}, "

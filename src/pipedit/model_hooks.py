@@ -64,6 +64,11 @@ class AdapterHooks:
         default None: the model has no step cache (a request asking for one is refused)."""
         return None
 
+    # -- LoRA adapters (pipedit.lora.inject.apply_loras) ---------------------------------------
+    def check_loras(self) -> None:
+        """Raises UserInputError when this loaded model cannot take LoRA adapters although its
+        family's loader reads them (Wan2.2 A14B with the idle expert offloaded); default: it can."""
+
     # -- decoding -----------------------------------------------------------------------------
     def decode_mode(self, latent_shape) -> int:
         """How a decode of this latent shape runs on this rank now (0: untiled, 1: tiled), the

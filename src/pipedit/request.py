@@ -36,7 +36,7 @@ def _generator(self) -> torch.Generator:
 
 # One video to generate: an attribute per request field of pipedit.fields (its default the
 # field's request_default: a nullable one's None is the config's default or the model's own), and
-# its request_id. `loras`: the server's named adapters (model.loras) it runs with, ((name, scale
+# its request_id. `loras`: the server's named adapters (model.offered_loras) it runs with, ((name, scale
 # or None: the name's default), ...), given as [{"name": NAME, "scale": S}, ...] too; the ranks
 # check the names against the offered ones again (pipedit.lora.switch).
 VideoRequest = record_class(

@@ -5,6 +5,7 @@ import torch
 from skip_layout import SkipLayout
 
 from pipedit.attention.aco import AcoShape, plan_aco, serve_aco_calls
+from pipedit.attention.base import JointTokens
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.registry import get_attention_strategy
 from pipedit.distributed.context import ParallelContext
@@ -21,9 +22,9 @@ def _call(kind: str, seed: int):
     mask = torch.ones(2, TEXT, dtype=torch.bool)
     mask[1, 2:] = False
     if kind == "joint":
-        return (q, k, v), {"joint_q": tq, "joint_k": tk, "joint_v": tv, "joint_kv_mask": mask}
+        return (q, k, v), {"joint": JointTokens(tq, tk, tv, mask)}
     if kind == "cross":
-        return (q, None, None), {"joint_k": tk, "joint_v": tv, "joint_kv_mask": mask}
+        return (q, None, None), {"joint": JointTokens(k=tk, v=tv, kv_mask=mask)}
     if kind == "self":
         return (q, k, v), {}
     return (q, k, v), {"layout": SkipLayout(2, group=kind == "sparse-group")}

@@ -3,6 +3,7 @@
 import torch
 
 from pipedit.attention.aco import AcoShape, plan_aco, serve_aco_calls
+from pipedit.attention.base import JointTokens
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.registry import get_attention_strategy
 from pipedit.distributed.context import ParallelContext
@@ -52,9 +53,9 @@ def aco_worker(rank, world_size, denoise):
     for call in range(CALLS):
         (q, k, v), (tq, tk, tv), mask = _inputs(call)
         reference = get_attention_strategy("local", ParallelContext.single())
-        ref_out, ref_text = reference(q, k, v, shard_sizes=(SEQ,), joint_q=tq, joint_k=tk, joint_v=tv, joint_kv_mask=mask)
+        ref_out, ref_text = reference(q, k, v, shard_sizes=(SEQ,), joint=JointTokens(tq, tk, tv, mask))
         strategy.active = True
         out, text = strategy(q[:, start:stop], k[:, start:stop], v[:, start:stop], shard_sizes=sizes,
-                             joint_q=tq, joint_k=tk, joint_v=tv, joint_kv_mask=mask)
+                             joint=JointTokens(tq, tk, tv, mask))
         errors.append(max((out - ref_out[:, start:stop]).abs().max().item(), (text - ref_text).abs().max().item()))
     return {"max_error": max(errors), "offloads": plan.offloads[rank], "posts": posts}

@@ -14,6 +14,7 @@ import torch
 from skip_layout import SkipLayout
 
 from pipedit.attention import get_attention_strategy
+from pipedit.attention.base import JointTokens
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_range, shard_sizes
 
@@ -41,7 +42,7 @@ def call_inputs(case: ShapeCase, seed: int = 0) -> tuple[list[torch.Tensor | Non
         text = [torch.randn(case.batch, case.text, case.heads, case.head_dim, generator=gen) for _ in range(2)]
         mask = torch.ones(case.batch, case.text, dtype=torch.bool)
         mask[0, 3:] = False  # padded prompt
-        return [video[0], None, None], {"joint_k": text[0], "joint_v": text[1], "joint_kv_mask": mask}
+        return [video[0], None, None], {"joint": JointTokens(k=text[0], v=text[1], kv_mask=mask)}
     return video, {"layout": SkipLayout(2, group=case.kind == "sparse-group")}
 
 

@@ -14,6 +14,7 @@ import torch
 
 from pipedit.attention import get_attention_strategy
 from pipedit.attention.autotune import AttentionShape, measure_chunks
+from pipedit.attention.base import JointTokens
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_range, shard_sizes
 
@@ -101,8 +102,9 @@ def parity_worker(
     return results
 
 
-def _joint(inputs: dict[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
-    return {n: inputs[n] for n in ("joint_q", "joint_k", "joint_v", "joint_kv_mask")}
+def _joint(inputs: dict[str, torch.Tensor | None]) -> dict[str, JointTokens]:
+    tokens = (inputs[n] for n in ("joint_q", "joint_k", "joint_v", "joint_kv_mask"))
+    return {"joint": JointTokens(*tokens)}
 
 
 def _max_err(a: torch.Tensor, b: torch.Tensor) -> float:

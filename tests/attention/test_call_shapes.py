@@ -15,6 +15,7 @@ from call_shape_cases import ShapeCase, shape_worker
 from skip_layout import SkipLayout
 
 from pipedit.attention import get_attention_strategy
+from pipedit.attention.base import JointTokens
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.spawn import run_on_gloo_ranks
 
@@ -82,7 +83,7 @@ def test_cross_attention_reference_is_plain_masked_attention() -> None:
     tk, tv = (torch.randn(1, 4, 2, 8, generator=gen) for _ in range(2))
     mask = torch.tensor([[True, True, False, False]])
     out, text = get_attention_strategy("local", ParallelContext.single())(
-        q, None, None, shard_sizes=(6,), joint_k=tk, joint_v=tv, joint_kv_mask=mask
+        q, None, None, shard_sizes=(6,), joint=JointTokens(k=tk, v=tv, kv_mask=mask)
     )
     expected = F.scaled_dot_product_attention(
         q.transpose(1, 2), tk[:, :2].transpose(1, 2), tv[:, :2].transpose(1, 2)
@@ -97,8 +98,8 @@ def test_bad_call_shapes_are_refused_with_the_fix() -> None:
     with pytest.raises(ValueError, match="needs the text keys"):
         local(x, None, None, shard_sizes=(4,))
     with pytest.raises(ValueError, match="video self-attention only"):
-        local(x, x, x, shard_sizes=(4,), joint_q=text, joint_k=text, joint_v=text, layout=SkipLayout(2))
+        local(x, x, x, shard_sizes=(4,), joint=JointTokens(text, text, text), layout=SkipLayout(2))
     with pytest.raises(TypeError, match="TokenLayout"):
         local(x, x, x, shard_sizes=(4,), layout="skiparse")
     with pytest.raises(ValueError, match="both joint_k and joint_v"):
-        local(x, None, None, shard_sizes=(4,), joint_k=text)
+        local(x, None, None, shard_sizes=(4,), joint=JointTokens(k=text))

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from pipedit.attention import available_strategies, get_attention_strategy
+from pipedit.attention.base import JointTokens
 from pipedit.distributed.context import ParallelContext
 
 CPU = torch.device("cpu")
@@ -78,7 +79,7 @@ def test_world_one_equals_local(name: str, dtype: torch.dtype) -> None:
     jq, jk, jv = (make(2, 4, 3, dtype) for _ in range(3))
     mask = torch.tensor([[True, True, False, False], [True] * 4])
     ctx = ParallelContext.single()
-    kwargs = dict(shard_sizes=(6,), joint_q=jq, joint_k=jk, joint_v=jv, joint_kv_mask=mask)
+    kwargs = dict(shard_sizes=(6,), joint=JointTokens(jq, jk, jv, mask))
     ref, ref_joint = get_attention_strategy("local", ctx)(q, k, v, **kwargs)
     out, joint = get_attention_strategy(name, ctx)(q, k, v, **kwargs)
     # world 1 runs the same SDPA call as "local": exact
@@ -92,12 +93,10 @@ def test_local_mask_ignores_padded_keys() -> None:
     jq, jk, jv = (make(1, 3, 2) for _ in range(3))
     local = get_attention_strategy("local", ParallelContext.single())
     mask = torch.tensor([[True, False, False]])
-    out, joint = local(q, k, v, shard_sizes=(5,), joint_q=jq, joint_k=jk, joint_v=jv,
-                       joint_kv_mask=mask)
+    out, joint = local(q, k, v, shard_sizes=(5,), joint=JointTokens(jq, jk, jv, mask))
     garbage = jk.clone()
     garbage[:, 1:] = 1e4  # masked keys: must not matter
-    out2, joint2 = local(q, k, v, shard_sizes=(5,), joint_q=jq, joint_k=garbage, joint_v=jv,
-                         joint_kv_mask=mask)
+    out2, joint2 = local(q, k, v, shard_sizes=(5,), joint=JointTokens(jq, garbage, jv, mask))
     assert torch.allclose(out, out2) and torch.allclose(joint, joint2)
     no_text, none = local(q, k, v, shard_sizes=(5,))
     assert none is None and no_text.shape == q.shape
@@ -111,13 +110,12 @@ def test_input_validation() -> None:
     with pytest.raises(ValueError, match="shard_sizes"):
         strategy(q, q, q, shard_sizes=(2, 2))
     with pytest.raises(ValueError, match="without joint"):
-        strategy(q, q, q, shard_sizes=(4,), joint_kv_mask=torch.ones(1, 2, dtype=torch.bool))
+        strategy(q, q, q, shard_sizes=(4,), joint=JointTokens(kv_mask=torch.ones(1, 2, dtype=torch.bool)))
     with pytest.raises(ValueError, match="all of joint"):
-        strategy(q, q, q, shard_sizes=(4,), joint_q=make(1, 2, 2))
+        strategy(q, q, q, shard_sizes=(4,), joint=JointTokens(q=make(1, 2, 2)))
     with pytest.raises(ValueError, match="bool"):
         t = make(1, 2, 2)
-        strategy(q, q, q, shard_sizes=(4,), joint_q=t, joint_k=t, joint_v=t,
-                 joint_kv_mask=torch.ones(1, 2))
+        strategy(q, q, q, shard_sizes=(4,), joint=JointTokens(t, t, t, torch.ones(1, 2)))
 
 
 def test_strategies_are_imported_lazily() -> None:

@@ -12,12 +12,13 @@ def test_random_adapters_load_onto_every_attention_projection(tmp_path):
     from pipedit.adapter import load_adapter
     from pipedit.bench.lora import random_adapters
     from pipedit.families import family
+    from pipedit.lora.inject import apply_loras
     from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
     from pipedit.lora.spec import LoraSpec
 
     checkpoint = write_demo_checkpoint(tmp_path / "wan", WanDims(heads=2, head_dim=8, text_dim=16, ffn_dim=24))
     files = random_adapters(checkpoint, family("wan"), 2, rank=4, folder=tmp_path)
-    loaded = load_adapter(checkpoint, parts={"dit"}, loras=tuple(LoraSpec(str(f)) for f in files))
+    loaded = apply_loras(load_adapter(checkpoint, parts={"dit"}), tuple(LoraSpec(str(f)) for f in files))
     adapted = {name.rsplit(".", 1)[-1] if not name.endswith("to_out.0") else "to_out.0"
                for name, module in loaded.components["transformer"].named_modules() if hasattr(module, "lora_A")}
     assert adapted == {"to_q", "to_k", "to_v", "to_out.0"}

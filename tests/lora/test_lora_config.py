@@ -17,7 +17,7 @@ def test_flag_form_parses_path_scale_and_experts():
     with pytest.raises(UserInputError, match="finite number"):
         parse_lora("a.safetensors:nan")
     with pytest.raises(UserInputError, match="experts must be one of"):
-        ModelConfig(lora=[{"path": "a.safetensors", "experts": "second"}])
+        ModelConfig(run_loras=[{"path": "a.safetensors", "experts": "second"}])
     with pytest.raises(UserInputError, match="fuse_loras needs adapters"):
         ModelConfig(fuse_loras=True)
 
@@ -27,9 +27,9 @@ def test_a_local_renders_model_identity_holds_the_adapters(tmp_path):
 
     plain = EngineConfig(model=ModelConfig(path=str(tmp_path)))
     assert model_identity(plain) == str(tmp_path.resolve())  # unchanged without adapters: old renders resume
-    with_a = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.5"]))
-    with_b = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.6"]))
-    fused = EngineConfig(model=ModelConfig(path=str(tmp_path), lora=["a.safetensors:0.5"], fuse_loras=True))
+    with_a = EngineConfig(model=ModelConfig(path=str(tmp_path), run_loras=["a.safetensors:0.5"]))
+    with_b = EngineConfig(model=ModelConfig(path=str(tmp_path), run_loras=["a.safetensors:0.6"]))
+    fused = EngineConfig(model=ModelConfig(path=str(tmp_path), run_loras=["a.safetensors:0.5"], fuse_loras=True))
     assert len({model_identity(plain), model_identity(with_a), model_identity(with_b)}) == 3
     assert model_identity(fused) == model_identity(with_a)
 
@@ -39,11 +39,21 @@ def test_flags_replace_the_configs_list(tmp_path):
     from pipedit.cli.flags import engine_config
 
     config_file = tmp_path / "run.yaml"
-    config_file.write_text("model:\n  lora:\n    - {path: a.safetensors, scale: 0.5, experts: both}\n")
+    config_file.write_text("model:\n  run_loras:\n    - {path: a.safetensors, scale: 0.5, experts: both}\n")
     parser = build_parser()
     args = parser.parse_args(["generate", "--prompt", "x", "--output", "o.mp4", "--config", str(config_file)])
-    assert engine_config(args).model.lora == (LoraSpec("a.safetensors", 0.5, "both"),)
+    assert engine_config(args).model.run_loras == (LoraSpec("a.safetensors", 0.5, "both"),)
     args = parser.parse_args(["generate", "--prompt", "x", "--output", "o.mp4", "--config", str(config_file), "--lora", "b.safetensors",
                               "--lora", "c.safetensors:2", "--fuse-loras"])
     model = engine_config(args).model
-    assert model.lora == (LoraSpec("b.safetensors"), LoraSpec("c.safetensors", 2.0)) and model.fuse_loras
+    assert model.run_loras == (LoraSpec("b.safetensors"), LoraSpec("c.safetensors", 2.0)) and model.fuse_loras
+
+
+@pytest.mark.parametrize("old, new", [("lora", "model.run_loras"), ("loras", "model.offered_loras")])
+def test_the_renamed_keys_are_refused_naming_the_new_one(tmp_path, old, new):
+    from pipedit.config import load_config
+
+    config_file = tmp_path / "old.yaml"
+    config_file.write_text(f"model:\n  {old}: []\n")
+    with pytest.raises(UserInputError, match=f"model.{old} was renamed: write {new}"):
+        load_config(config_file)

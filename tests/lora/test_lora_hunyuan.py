@@ -59,6 +59,7 @@ def test_a_kohya_form_file_fails_the_start_naming_the_file(demo_checkpoint, tmp_
 
     from pipedit.adapter import load_adapter
     from pipedit.errors import UserInputError
+    from pipedit.lora.inject import apply_loras
     from pipedit.lora.spec import LoraSpec
 
     path = tmp_path / "kohya.safetensors"
@@ -66,4 +67,4 @@ def test_a_kohya_form_file_fails_the_start_naming_the_file(demo_checkpoint, tmp_
         save_file({"lora_unet_double_blocks_0_img_attn_qkv.lora_down.weight": torch.zeros(rank, 64),
                    "lora_unet_double_blocks_0_img_attn_qkv.lora_up.weight": torch.zeros(192, rank)}, str(path))
         with pytest.raises(UserInputError, match=f"LoRA file .*kohya.safetensors.*{message}"):
-            load_adapter(demo_checkpoint, parts={"dit"}, loras=(LoraSpec(str(path)),))
+            apply_loras(load_adapter(demo_checkpoint, parts={"dit"}), (LoraSpec(str(path)),))

@@ -1,4 +1,4 @@
-"""Named adapters (model.loras) chosen per request (VideoRequest.loras) on one engine: unknown names
+"""Named adapters (model.offered_loras) chosen per request (VideoRequest.loras) on one engine: unknown names
 are refused naming the offered ones, and the device keeps at most model.max_gpu_loras adapters
 (least recently used back to host). That each request gets diffusers' latents with its own
 adapters across switches: tests/runtime/test_wan_parallel_e2e.py (Ulysses 2 + a decode rank); that
@@ -32,7 +32,7 @@ def _request(*loras):
 
 
 def test_unknown_names_and_bad_scales_are_refused(checkpoint, adapters):
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras={"style": str(adapters[0])}))
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), offered_loras={"style": str(adapters[0])}))
     with Engine(config) as engine:
         with pytest.raises(InvalidRequestError, match="'anime' is not an adapter this server offers; offered: style"):
             engine.generate(_request({"name": "anime"}))
@@ -43,16 +43,18 @@ def test_unknown_names_and_bad_scales_are_refused(checkpoint, adapters):
     with pytest.raises(InvalidRequestError, match=r"expected \{\"name\": NAME"):
         _request({"path": "/etc/passwd"})  # a client names adapters, never files
     with pytest.raises(UserInputError, match="adapter name"):
-        ModelConfig(loras={"a b": str(adapters[0])})
+        ModelConfig(offered_loras={"a b": str(adapters[0])})
 
 
 def test_least_recently_used_adapters_leave_the_device_first(checkpoint, adapters):
     from pipedit.adapter import load_adapter
+    from pipedit.lora.inject import apply_loras
     from pipedit.lora.spec import named_loras
     from pipedit.lora.switch import RankLoras
 
-    model = ModelConfig(loras={"a": str(adapters[0]), "b": str(adapters[1]), "c": str(adapters[0])}, max_gpu_loras=2)
-    loaded = load_adapter(checkpoint, parts={"dit"}, named_loras=named_loras(model.loras))
+    model = ModelConfig(offered_loras={"a": str(adapters[0]), "b": str(adapters[1]), "c": str(adapters[0])},
+                        max_gpu_loras=2)
+    loaded = apply_loras(load_adapter(checkpoint, parts={"dit"}), named=named_loras(model.offered_loras))
     switch = RankLoras(loaded.components, model, torch.device("cpu"))
     assert list(switch.on_device) == ["a", "b"]
     switch.activate(_request({"name": "c"}))

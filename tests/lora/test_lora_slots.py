@@ -13,6 +13,7 @@ import torch
 from lora_files import write_wan_adapters
 from pipedit.adapter import load_adapter
 from pipedit.config import ModelConfig
+from pipedit.lora.inject import apply_loras
 from pipedit.lora.slots import SlotLoras
 from pipedit.lora.switch import RankLoras
 from pipedit.request import VideoRequest
@@ -32,7 +33,7 @@ class _CountingBackend:
 
 
 def _transformer(checkpoint, model):
-    loaded = load_adapter(checkpoint, parts={"dit"}, named_loras=model.loras)
+    loaded = apply_loras(load_adapter(checkpoint, parts={"dit"}), named=model.offered_loras)
     transformer = loaded.components["transformer"]
     return loaded.components, transformer
 
@@ -50,8 +51,8 @@ def test_switching_through_slots_gives_the_eager_outputs_without_compiling_again
 
     checkpoint = write_demo_checkpoint(tmp_path / "wan", WanDims(heads=2, head_dim=8, text_dim=16, ffn_dim=24, seed=4))
     style, distill = write_wan_adapters(checkpoint, tmp_path)
-    model = ModelConfig(path=str(checkpoint), loras={"style": str(style), "distill": str(distill)}, max_gpu_loras=2,
-                        compile=True)
+    model = ModelConfig(path=str(checkpoint), offered_loras={"style": str(style), "distill": str(distill)},
+                        max_gpu_loras=2, compile=True)
     components, eager = _transformer(checkpoint, model)
     switch = RankLoras(components, model, torch.device("cpu"))
     slot_components, slotted = _transformer(checkpoint, model)

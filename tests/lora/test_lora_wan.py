@@ -1,4 +1,4 @@
-"""Run-wide LoRA adapters (model.lora, --lora) on Wan against diffusers' own loading:
+"""Run-wide LoRA adapters (model.run_loras, --lora) on Wan against diffusers' own loading:
 `pipe.load_lora_weights(file, adapter_name=...)` per file, then `pipe.set_adapters(names, scales)`,
 on tiny random checkpoints with other sizes than the demo (3 heads of 8, text width 24).
 
@@ -56,7 +56,7 @@ def _reference(checkpoint, adapters=(), scales=(), into_both=False):
 def _ours(checkpoint, loras, fuse=False):
     request = VideoRequest(PROMPT, height=HEIGHT, width=WIDTH, num_frames=FRAMES, steps=STEPS, seed=SEED,
                            guidance_scale=GUIDANCE)
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), lora=loras, fuse_loras=fuse))
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), run_loras=loras, fuse_loras=fuse))
     with Engine(config) as engine:
         return engine.generate(request).latents
 
@@ -99,8 +99,9 @@ def test_a14b_adapter_on_both_experts_equals_diffusers(tmp_path_factory):
 
 def _load(checkpoint, *loras, **options):
     from pipedit.adapter import load_adapter
+    from pipedit.lora.inject import apply_loras
 
-    return load_adapter(checkpoint, parts={"dit"}, loras=tuple(parse_lora(x) for x in loras), **options)
+    return apply_loras(load_adapter(checkpoint, parts={"dit"}, **options), tuple(parse_lora(x) for x in loras))
 
 
 def test_a_file_that_does_not_fit_names_its_first_unmatched_key(checkpoint, tmp_path):

@@ -131,7 +131,7 @@ def test_two_lora_adapters_on_parallel_layouts_equal_diffusers(ray_session, chec
 
 @pytest.mark.slow
 def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_session, checkpoint, adapters):
-    """Named adapters (model.loras) on Ulysses 2 + a decode rank: requests alternating A (both
+    """Named adapters (model.offered_loras) on Ulysses 2 + a decode rank: requests alternating A (both
     adapters), none, B, A, each against WanPipeline with that request's own adapters. Both denoise
     ranks take the set from the request they begin; the decode rank decodes request k while k+1
     denoises with another set."""
@@ -153,7 +153,7 @@ def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_s
                             steps=CASE.steps, seed=CASE.seed, guidance_scale=GUIDANCE, loras=loras)
 
     a = ("style", 0.7), ("distill", 1.3)
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras={"style": str(adapters[0]),
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), offered_loras={"style": str(adapters[0]),
                                                                           "distill": str(adapters[1])}),
                           parallel=ParallelConfig(ulysses=2, decode_ranks=1))
     with Engine(config) as engine:

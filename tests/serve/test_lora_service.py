@@ -1,4 +1,4 @@
-"""Named LoRA adapters (model.loras) chosen per request through the API: requests alternating
+"""Named LoRA adapters (model.offered_loras) chosen per request through the API: requests alternating
 adapter sets A, none, B, A on a DeDiVAE layout (Ulysses 2 + a decode rank, the decode of one
 request overlapping the next one's denoising with another set) each get the video of their own
 one-shot run (one rank, the same adapters for the whole run as `pipedit generate --lora` gives
@@ -49,7 +49,7 @@ def adapters(wan_three_heads_adapters):
 
 def _one_shot(checkpoint, tmp_path, name, lora=()):
     """The video `pipedit generate --lora PATH:SCALE ...` makes of the request on one rank."""
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), lora=lora))
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), run_loras=lora))
     request = VideoRequest(PROMPT, **{f: getattr(DEFAULTS, f) for f in
                                       ("height", "width", "num_frames", "steps", "seed", "guidance_scale")})
     with Engine(config) as engine:
@@ -89,7 +89,7 @@ def _bracket_form(fields):
 def test_requests_alternating_adapters_get_the_videos_of_their_own_runs(ray_session, checkpoint, adapters,
                                                                         tmp_path):
     loras = {"style": {"path": str(adapters[0]), "scale": 0.7}, "distill": str(adapters[1])}
-    config = EngineConfig(model=ModelConfig(path=str(checkpoint), loras=loras, max_gpu_loras=2),
+    config = EngineConfig(model=ModelConfig(path=str(checkpoint), offered_loras=loras, max_gpu_loras=2),
                           parallel=ParallelConfig(ulysses=2, decode_ranks=1))
     engine = EngineLoop.from_config(config)
     store = JobStore.in_folder(tmp_path / "data")

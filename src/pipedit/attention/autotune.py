@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipedit.attention.base import JointTokens
 from pipedit.distributed import deadline
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_sizes
@@ -48,10 +49,10 @@ def _inputs(ctx: ParallelContext, shape: AttentionShape, dtype: torch.dtype):
         return torch.randn(1, length, shape.heads, shape.head_dim, generator=generator).to(ctx.device, dtype)
 
     q, k, v = (rand(sizes[ctx.rank]) for _ in range(3))
-    joint = {}
+    joint = None
     if shape.text_len:
         # No key mask: adapters drop padded text tokens, so real calls take the unmasked kernels.
-        joint = {"joint_q": rand(shape.text_len), "joint_k": rand(shape.text_len), "joint_v": rand(shape.text_len)}
+        joint = JointTokens(rand(shape.text_len), rand(shape.text_len), rand(shape.text_len))
     return (q, k, v), sizes, joint
 
 
@@ -97,7 +98,7 @@ def measure_chunks(strategy, ctx: ParallelContext, shape: AttentionShape, dtype:
     def call_with(chunk):
         def call():
             strategy.chunk_heads = chunk
-            return strategy(*args, shard_sizes=sizes, **joint)
+            return strategy(*args, shard_sizes=sizes, joint=joint)
         return call
 
     try:

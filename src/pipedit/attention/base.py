@@ -14,14 +14,16 @@ from pipedit.distributed.context import ParallelContext
 
 @dataclass(frozen=True)
 class JointTokens:
-    """Text tokens [B, L, H, D], replicated on every rank; mask [B, L] marks valid keys.
+    """The one joint-token argument of a strategy call: text tokens [B, L, H, D], replicated on
+    every rank; kv_mask [B, L] bool marks valid keys (None: all valid).
 
-    q is None when the text tokens are keys only (cross-attention: video queries attend text)."""
+    q is None when the text tokens are keys only (cross-attention: video queries attend text).
+    Checked against the video by the strategy (check_layout), which names what is missing."""
 
-    q: torch.Tensor | None
-    k: torch.Tensor
-    v: torch.Tensor
-    kv_mask: torch.Tensor | None
+    q: torch.Tensor | None = None
+    k: torch.Tensor | None = None
+    v: torch.Tensor | None = None
+    kv_mask: torch.Tensor | None = None
 
     def heads(self, start: int, stop: int) -> JointTokens:
         heads = slice(start, stop)
@@ -55,9 +57,9 @@ class AttentionStrategy(ABC):
 
     q, k, v: [B, S_local, H, D], this rank's contiguous shard of the video sequence;
     shard_sizes: every sp rank's shard length (len == ctx.world_size). Three shapes of call:
-    - joint attention (HunyuanVideo): video and text queries, keys and values (joint_q/k/v);
+    - joint attention (HunyuanVideo): video and text queries, keys and values (`joint` with q, k, v);
     - self-attention over video only, optionally with a sparse `layout` over the full sequence;
-    - cross-attention: k = v = None, video queries attend the text keys (joint_k/v, no joint_q).
+    - cross-attention: k = v = None, video queries attend the text keys (`joint` with k, v, no q).
     Returns this rank's shard of the video output and the full text output (identical on all
     ranks) when there are text queries, else None.
     """
@@ -75,10 +77,7 @@ class AttentionStrategy(ABC):
         v: torch.Tensor | None,
         *,
         shard_sizes: Sequence[int],
-        joint_q: torch.Tensor | None = None,
-        joint_k: torch.Tensor | None = None,
-        joint_v: torch.Tensor | None = None,
-        joint_kv_mask: torch.Tensor | None = None,
+        joint: JointTokens | None = None,
         layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """See the class docstring."""
@@ -93,7 +92,7 @@ def check_inputs(
     k: torch.Tensor | None,
     v: torch.Tensor | None,
     shard_sizes: Sequence[int],
-    joint: tuple[torch.Tensor | None, ...],
+    joint: JointTokens | None,
     layout: TokenLayout | None = None,
 ) -> JointTokens | None:
     """Validate shapes against the context; return the joint tokens (or None)."""
@@ -110,7 +109,7 @@ def check_layout(
     ctx: ParallelContext,
     shape: tuple[int, ...],
     shard_sizes: Sequence[int],
-    joint: tuple[torch.Tensor | None, ...],
+    joint: JointTokens | None,
     *,
     video_keys: bool = True,
     layout: TokenLayout | None = None,
@@ -123,9 +122,9 @@ def check_layout(
             f"rank {ctx.rank} holds {shape[1]} tokens but shard_sizes[{ctx.rank}] = "
             f"{sizes[ctx.rank]}; use pipedit.distributed.sharding.shard_sizes(S, world_size)"
         )
-    tokens = _check_joint(shape, *joint)
+    tokens = _check_joint(shape, joint or JointTokens())
     if not video_keys and tokens is None:
-        raise ValueError("cross-attention (k = v = None) needs the text keys: pass joint_k, joint_v")
+        raise ValueError("cross-attention (k = v = None) needs the text keys: pass joint=JointTokens(k=..., v=...)")
     if layout is not None:
         if not isinstance(layout, TokenLayout):
             raise TypeError(f"layout must be a pipedit.attention.base.TokenLayout, got {type(layout).__name__}")
@@ -147,37 +146,33 @@ def check_shard_sizes(ctx: ParallelContext, shard_sizes: Sequence[int]) -> tuple
     return sizes
 
 
-def _check_joint(
-    shape: tuple[int, ...],
-    joint_q: torch.Tensor | None,
-    joint_k: torch.Tensor | None,
-    joint_v: torch.Tensor | None,
-    mask: torch.Tensor | None,
-) -> JointTokens | None:
-    if joint_k is None or joint_v is None:
-        if joint_k is None and joint_v is None and joint_q is None:
+def _check_joint(shape: tuple[int, ...], joint: JointTokens) -> JointTokens | None:
+    """The joint tokens checked against the local video shape; None when they hold none."""
+    text_q, text_k, text_v, mask = joint.q, joint.k, joint.v, joint.kv_mask
+    if text_k is None or text_v is None:
+        if text_k is None and text_v is None and text_q is None:
             if mask is not None:
-                raise ValueError("joint_kv_mask given without joint_k and joint_v")
+                raise ValueError("a joint kv_mask given without joint_k and joint_v (JointTokens k, v)")
             return None
         raise ValueError(
-            "pass all of joint_q, joint_k, joint_v (joint text tokens), or both joint_k and joint_v "
-            "alone (text keys only, e.g. cross-attention), or none"
+            "JointTokens needs all of joint_q, joint_k, joint_v (its q, k, v: joint text tokens), or both "
+            "joint_k and joint_v alone (text keys only, e.g. cross-attention), or none"
         )
-    given = [t for t in (joint_q, joint_k, joint_v) if t is not None]
-    if joint_k.dim() != 4 or any(t.shape != joint_k.shape for t in given):
-        raise ValueError("joint_q, joint_k, joint_v must be [B, L, H, D] of equal shapes")
+    given = [t for t in (text_q, text_k, text_v) if t is not None]
+    if text_k.dim() != 4 or any(t.shape != text_k.shape for t in given):
+        raise ValueError("JointTokens q, k, v must be [B, L, H, D] of equal shapes")
     batch, _, heads, dim = shape
-    if (joint_k.shape[0], joint_k.shape[2], joint_k.shape[3]) != (batch, heads, dim):
+    if (text_k.shape[0], text_k.shape[2], text_k.shape[3]) != (batch, heads, dim):
         raise ValueError(
-            f"joint tokens {tuple(joint_k.shape)} must match the video's batch, heads and head "
+            f"joint tokens {tuple(text_k.shape)} must match the video's batch, heads and head "
             f"dim {shape}"
         )
-    if mask is not None and (mask.dtype != torch.bool or mask.shape != joint_k.shape[:2]):
+    if mask is not None and (mask.dtype != torch.bool or mask.shape != text_k.shape[:2]):
         raise ValueError(
-            f"joint_kv_mask must be a bool tensor of shape {tuple(joint_k.shape[:2])}, "
+            f"JointTokens kv_mask must be a bool tensor of shape {tuple(text_k.shape[:2])}, "
             f"got {mask.dtype} {tuple(mask.shape)}"
         )
-    return JointTokens(joint_q, joint_k, joint_v, mask)
+    return joint
 
 
 def kernel_inputs(

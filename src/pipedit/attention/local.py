@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import torch
 
-from pipedit.attention.base import AttentionStrategy, TokenLayout, check_inputs, joint_attention
+from pipedit.attention.base import AttentionStrategy, JointTokens, TokenLayout, check_inputs, joint_attention
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.distributed.context import ParallelContext
 
@@ -33,12 +33,8 @@ class LocalAttention(AttentionStrategy):
         v: torch.Tensor | None,
         *,
         shard_sizes: Sequence[int],
-        joint_q: torch.Tensor | None = None,
-        joint_k: torch.Tensor | None = None,
-        joint_v: torch.Tensor | None = None,
-        joint_kv_mask: torch.Tensor | None = None,
+        joint: JointTokens | None = None,
         layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs, layout)
+        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint, layout)
         return joint_attention(self.kernel, q, k, v, joint, layout)

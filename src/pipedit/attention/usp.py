@@ -92,14 +92,10 @@ class USPAttention(AttentionStrategy):
         v: torch.Tensor | None,
         *,
         shard_sizes: Sequence[int],
-        joint_q: torch.Tensor | None = None,
-        joint_k: torch.Tensor | None = None,
-        joint_v: torch.Tensor | None = None,
-        joint_kv_mask: torch.Tensor | None = None,
+        joint: JointTokens | None = None,
         layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
-        joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint_inputs, layout)
+        joint = check_inputs(self.ctx, q, k, v, shard_sizes, joint, layout)
         self._check_ring(layout)
         plan = self._plan(q.shape[2], shard_sizes)
         pending = [None if t is None else self._scatter(t, plan) for t in (q, k, v)]
@@ -120,10 +116,7 @@ class USPAttention(AttentionStrategy):
         *,
         num_heads: int,
         shard_sizes: Sequence[int],
-        joint_q: torch.Tensor | None = None,
-        joint_k: torch.Tensor | None = None,
-        joint_v: torch.Tensor | None = None,
-        joint_kv_mask: torch.Tensor | None = None,
+        joint: JointTokens | None = None,
         layout: TokenLayout | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Steps 2-3 on head-sharded q, k, v from `start_sequence_to_heads` (as __call__ does)."""
@@ -136,8 +129,7 @@ class USPAttention(AttentionStrategy):
                 f"for cross-attention), got {shapes}"
             )
         local_shape = (q_h.shape[0], shard_sizes[self.ctx.rank], num_heads, q_h.shape[3])
-        joint_inputs = (joint_q, joint_k, joint_v, joint_kv_mask)
-        joint = check_layout(self.ctx, local_shape, shard_sizes, joint_inputs, video_keys=k_h is not None,
+        joint = check_layout(self.ctx, local_shape, shard_sizes, joint, video_keys=k_h is not None,
                              layout=layout)
         self._check_ring(layout)
         return self._attend(q_h, k_h, v_h, joint, plan, layout)

@@ -3,11 +3,11 @@
 Three engines on the config's layout run the same request (seed, shape, steps), each after one
 warm-up, `repeats` rounds, medians reported:
 - no adapters loaded: the baseline;
-- both adapters offered by name (model.loras, unfused: every adapted layer also runs its low-rank
+- both adapters offered by name (model.offered_loras, unfused: every adapted layer also runs its low-rank
   pair), rounds of requests with none, one (A) and both (A+B) active, so every request switches:
   its seconds per step (the switch taken out) and the switch itself (lora_switch_s: set_adapters,
   plus moves to the device when more adapters exist than model.max_gpu_loras);
-- both fused into the weights at load (model.lora + model.fuse_loras): no per-step cost.
+- both fused into the weights at load (model.run_loras + model.fuse_loras): no per-step cost.
 The adapters are the --lora files (at most two); missing ones are written with random weights at
 `rank` over every attention projection of the transformer (time depends on the rank and the
 layers an adapter touches, not on its values). Written as lora.json and lora.md.
@@ -93,17 +93,18 @@ def bench_lora(config: EngineConfig, settings: LoraBenchSettings, out_dir: Path)
     model_path = Path(resolve_model_path(config.model.path, config.model.name))
     family = family_of_checkpoint(model_path, config.model.name)
     lora_mixin(family)  # a family without adapters is refused before anything loads
-    given = [spec.path for spec in config.model.lora][:2]
+    given = [spec.path for spec in config.model.run_loras][:2]
     request = VideoRequest("a benchmark prompt: a red fox running through snow", height=settings.height,
                            width=settings.width, num_frames=settings.num_frames, steps=settings.steps, seed=0)
     with tempfile.TemporaryDirectory(prefix="pipedit-bench-lora-") as scratch:
         made = random_adapters(model_path, family, 2 - len(given), settings.rank, Path(scratch))
         files = given + [str(path) for path in made]
-        base = replace(config, model=replace(config.model, path=str(model_path), lora=(), loras=(),
+        base = replace(config, model=replace(config.model, path=str(model_path), run_loras=(), offered_loras=(),
                                              fuse_loras=False))
         both = (LoraSpec(files[0]), LoraSpec(files[1]))
-        named = replace(base, model=replace(base.model, loras=(("a", both[0]), ("b", both[1])), max_gpu_loras=2))
-        fused = replace(base, model=replace(base.model, lora=both, fuse_loras=True))
+        offered = (("a", both[0]), ("b", both[1]))
+        named = replace(base, model=replace(base.model, offered_loras=offered, max_gpu_loras=2))
+        fused = replace(base, model=replace(base.model, run_loras=both, fuse_loras=True))
         runs = _runs(base, {"no adapters loaded": request}, settings.repeats)
         runs |= _runs(named, {"offered, none active": request, "1 unfused": replace(request, loras=({"name": "a"},)),
                               "2 unfused": replace(request, loras=({"name": "a"}, {"name": "b"}))}, settings.repeats)

@@ -357,7 +357,7 @@ def _run_lora(args) -> int:
     if args.lora and len(args.lora) > 2:
         raise UserInputError(f"bench lora times at most two adapters, got {len(args.lora)} --lora files")
     config = base_config(args).with_overrides("model", path=args.model_path, name=args.model,
-                                              lora=tuple(args.lora) if args.lora else ())
+                                              run_loras=tuple(args.lora) if args.lora else ())
     settings = LoraBenchSettings(args.height, args.width, args.num_frames, args.steps, args.repeats, args.rank)
     out = Path(args.out or f"outputs/bench-lora-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}")
     report = bench_lora(config, settings, out)

@@ -127,19 +127,19 @@ def lora(text: str):
 
 
 def add_lora_flags(p) -> None:
-    """--lora (repeatable; config model.lora) and --fuse-loras (model.fuse_loras), shared by
+    """--lora (repeatable; config model.run_loras) and --fuse-loras (model.fuse_loras), shared by
     generate, render, serve and the benches that run a model."""
     p.add_argument("--lora", type=lora, action="append",
                    help="LoRA adapter on the DiT for the whole run: PATH[:SCALE[:EXPERTS]] (scale default 1.0; "
                         "experts transformer (default), transformer_2 or both for Wan2.2 A14B); repeatable; "
-                        "replaces the config's model.lora")
+                        "replaces the config's model.run_loras")
     p.add_argument("--fuse-loras", action="store_true", default=None,
                    help="merge the --lora adapters into the DiT's weights at load (no per-step cost)")
 
 
 def lora_overrides(args) -> dict:
     """The model section's values of add_lora_flags' flags (None: not given)."""
-    return {"lora": tuple(args.lora) if args.lora else None, "fuse_loras": args.fuse_loras}
+    return {"run_loras": tuple(args.lora) if args.lora else None, "fuse_loras": args.fuse_loras}
 
 
 def add_idle_expert_flag(p) -> None:

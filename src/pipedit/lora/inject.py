@@ -9,7 +9,9 @@ Hazard: the sequence-parallel shard plan hooks modules (`proj_out` gathers the s
 and compile wraps the blocks; peft replaces a targeted module by a wrapper holding it as
 `base_layer`, so a hook installed before would run inside the wrapper, before the adapter's delta
 is added (a per-shard delta on a gathered output). Adapters therefore go in right after the model
-loads (pipedit.adapter.load_adapter), before any plan, processor swap or compile.
+loads (the rank calls apply_loras after pipedit.adapter.load_adapter), before any plan or compile.
+The adapters' own attention processors may be in place already: peft wraps the linear layers the
+processors call, not the attention modules that hold them.
 """
 
 from __future__ import annotations
@@ -43,34 +45,38 @@ def lora_mixin(entry):
 
 
 def run_adapter(index: int) -> str:
-    """The peft adapter name of the run's adapter `index` (model.lora)."""
+    """The peft adapter name of the run's adapter `index` (model.run_loras)."""
     return f"lora{index}"
 
 
 def named_adapter(name: str) -> str:
-    """The peft adapter name of the server's adapter `name` (model.loras)."""
+    """The peft adapter name of the server's adapter `name` (model.offered_loras)."""
     return f"named_{name}"
 
 
-def apply_loras(components: dict, family: str, specs: tuple[LoraSpec, ...], fuse: bool = False,
-                named: tuple[tuple[str, LoraSpec], ...] = ()) -> None:
-    """On a rank that loaded `family`'s DiT, right after loading: injects the run's `specs` into
-    the transformers among `components`, each weighted by its scale; `fuse`: merged into the
-    weights and their peft layers removed (no per-step cost). Then the server's `named`
-    adapters, loaded inactive (pipedit.lora.switch activates a request's)."""
+def apply_loras(adapter, specs: tuple[LoraSpec, ...] = (), fuse: bool = False,
+                named: tuple[tuple[str, LoraSpec], ...] = ()):
+    """On a rank, right after pipedit.adapter.load_adapter and before anything hooks or wraps the
+    DiT (the module's hazard): injects the run's `specs` (model.run_loras) into the adapter's
+    transformers, each weighted by its scale; `fuse`: merged into the weights and their peft layers
+    removed (no per-step cost). Then the server's `named` adapters (model.offered_loras), loaded
+    inactive (pipedit.lora.switch activates a request's). A family without a LoRA loader is refused
+    on every rank; a rank that did not load the DiT has nothing to inject. Returns `adapter`."""
+    if not specs and not named:
+        return adapter
+    from ..families import family
+
+    mixin = lora_mixin(family(adapter.family))
+    components = adapter.components
+    if "transformer" not in components:
+        return adapter
+    adapter.check_loras()
     if specs:
-        _apply_run_adapters(components, family, specs, fuse)
-    if named:
-        _load_named(components, family, named)
-
-
-def _load_named(components: dict, family: str, named) -> None:
-    from ..families import family as family_entry
-
-    mixin = lora_mixin(family_entry(family))
+        _apply_run_adapters(components, adapter.family, mixin, specs, fuse)
     for name, spec in named:
-        for target in _targets(spec, mixin, components, family):
+        for target in _targets(spec, mixin, components, adapter.family):
             load_adapter_into(components[target], mixin, spec, named_adapter(name))
+    return adapter
 
 
 def _targets(spec: LoraSpec, mixin, components: dict, family: str) -> tuple[str, ...]:
@@ -85,10 +91,7 @@ def _targets(spec: LoraSpec, mixin, components: dict, family: str) -> tuple[str,
     return spec.targets
 
 
-def _apply_run_adapters(components: dict, family: str, specs, fuse: bool) -> None:
-    from ..families import family as family_entry
-
-    mixin = lora_mixin(family_entry(family))
+def _apply_run_adapters(components: dict, family: str, mixin, specs, fuse: bool) -> None:
     chosen: dict[str, list[tuple[str, float]]] = {}
     for index, spec in enumerate(specs):
         for target in _targets(spec, mixin, components, family):

@@ -40,13 +40,14 @@ class SlotLoras:
         self.config = model_config
         self.slots = model_config.max_gpu_loras
         self.run = {t: ([] if model_config.fuse_loras else
-                        [(run_adapter(i), spec.scale) for i, spec in enumerate(model_config.lora) if t in spec.targets])
+                        [(run_adapter(i), spec.scale) for i, spec in enumerate(model_config.run_loras)
+                         if t in spec.targets])
                     for t in self.models}
         # target -> adapter name -> layer name -> (A, B x alpha/r, bias x alpha/r or None), on the host
         self.weights: dict[str, dict[str, dict[str, tuple]]] = {}
         self.layers: dict[str, dict[str, torch.nn.Module]] = {}  # target -> layer name -> peft layer
         for target, model in self.models.items():
-            names = [name for name, spec in model_config.loras if target in spec.targets]
+            names = [name for name, spec in model_config.offered_loras if target in spec.targets]
             self.weights[target] = {name: _read(model, named_adapter(name)) for name in names}
             self.layers[target] = _add_slots(model, self.weights[target], self.slots)
             if names:
@@ -119,8 +120,9 @@ def _read(model: torch.nn.Module, adapter: str) -> dict[str, tuple]:
         if not isinstance(layer, LoraLayer) or adapter not in layer.lora_A:
             continue
         if not isinstance(layer.lora_A[adapter], torch.nn.Linear) or getattr(layer, "use_dora", {}).get(adapter):
-            raise UserInputError(f"--compile with model.loras: the adapter's layer {name} is not a plain linear LoRA "
-                                 f"pair (the compiled slots take only those); run this adapter without --compile")
+            raise UserInputError(f"--compile with model.offered_loras: the adapter's layer {name} is not a plain "
+                                 f"linear LoRA pair (the compiled slots take only those); run this adapter without "
+                                 f"--compile")
         scale = layer.scaling[adapter]
         up = layer.lora_B[adapter]
         found[name] = (layer.lora_A[adapter].weight.detach().to("cpu", copy=True),

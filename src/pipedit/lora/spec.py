@@ -1,5 +1,5 @@
 """A run's LoRA adapters as the user gives them: `--lora PATH[:SCALE[:EXPERTS]]` (repeatable) or
-config `model.lora`, a list of those strings or of mappings {path, scale, experts}.
+config `model.run_loras`, a list of those strings or of mappings {path, scale, experts}.
 
 EXPERTS names the transformers an adapter goes into, as diffusers' WanLoraLoaderMixin chooses
 with `load_into_transformer_2`: `transformer` (the default, diffusers' too), `transformer_2` (Wan2.2
@@ -65,7 +65,7 @@ def parse_lora(text: str) -> LoraSpec:
     return LoraSpec(":".join(parts), scale, experts)
 
 
-def lora_specs(value, called: str = "model.lora") -> tuple[LoraSpec, ...]:
+def lora_specs(value, called: str = "model.run_loras") -> tuple[LoraSpec, ...]:
     """A config's or the flags' list: strings (parse_lora), mappings {path, scale, experts} or
     LoraSpecs; UserInputError naming the entry otherwise."""
     if value is None:
@@ -89,12 +89,12 @@ def _spec(entry, called: str) -> LoraSpec:
     raise UserInputError(f"{called} entry {entry!r}: expected PATH[:SCALE[:EXPERTS]] or {{path, scale, experts}}")
 
 
-# -- adapters a server offers by name (model.loras) and a request's choice of them ---------------
+# -- adapters a server offers by name (model.offered_loras) and a request's choice of them ---------------
 NAME_PATTERN = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
-def named_loras(value, called: str = "model.loras") -> tuple[tuple[str, LoraSpec], ...]:
-    """config `model.loras`: {NAME: PATH} or {NAME: {path, scale, experts}} -> ((name, spec), ...);
+def named_loras(value, called: str = "model.offered_loras") -> tuple[tuple[str, LoraSpec], ...]:
+    """config `model.offered_loras`: {NAME: PATH} or {NAME: {path, scale, experts}} -> ((name, spec), ...);
     a spec's scale is the name's default scale."""
     if value is None:
         return ()
@@ -146,7 +146,7 @@ def request_loras(value, offered: tuple[tuple[str, LoraSpec], ...] | None = None
 
 @dataclass(frozen=True)
 class LoraOffer:
-    """The adapters a server (or a local render) offers requests by name: model.loras, and
+    """The adapters a server (or a local render) offers requests by name: model.offered_loras, and
     model.max_gpu_loras, the most one request may choose."""
 
     named: tuple[tuple[str, LoraSpec], ...]
@@ -154,7 +154,7 @@ class LoraOffer:
 
     @classmethod
     def of(cls, model_config) -> "LoraOffer":
-        return cls(model_config.loras, model_config.max_gpu_loras)
+        return cls(model_config.offered_loras, model_config.max_gpu_loras)
 
     @property
     def names(self) -> list[str]:
@@ -171,7 +171,7 @@ class LoraOffer:
 
 def choose_loras(value, offered: tuple[tuple[str, LoraSpec], ...], most: int,
                  error: type[UserInputError] = UserInputError) -> tuple[tuple[str, float], ...]:
-    """A request's `loras` on a server offering `offered` (model.loras) with at most `most`
+    """A request's `loras` on a server offering `offered` (model.offered_loras) with at most `most`
     (model.max_gpu_loras) on the device: ((name, scale), ...), a name's default scale where the
     request gives none; `error` naming the offered adapters for a name the server lacks, or when
     one request names more than fit on the device."""
@@ -182,4 +182,4 @@ def choose_loras(value, offered: tuple[tuple[str, LoraSpec], ...], most: int,
     return chosen
 
 
-NO_LORAS = LoraOffer((), 0)  # a server without model.loras: every name is refused, naming none offered
+NO_LORAS = LoraOffer((), 0)  # a server without model.offered_loras: every name is refused, naming none offered

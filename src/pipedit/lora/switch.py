@@ -1,7 +1,7 @@
 """Which adapters a denoise rank's DiT runs with, request by request.
 
-The run's unfused adapters (model.lora) are always active; a request adds the server's named
-adapters it chooses (VideoRequest.loras, from model.loras) with its scales. Every denoise rank
+The run's unfused adapters (model.run_loras) are always active; a request adds the server's named
+adapters it chooses (VideoRequest.loras, from model.offered_loras) with its scales. Every denoise rank
 (SP, ring, CFG groups) activates the set the request carries in `begin`, before the request's
 first step: each rank takes it from the same request, so they switch in lockstep and none
 decides alone. Aco helpers compute attention from the q/k/v they are sent and hold no adapter;
@@ -31,7 +31,8 @@ def resolve(model_config, request) -> tuple[tuple[str, float], ...]:
     """The request's adapters with their scales (a name's default where it gives none);
     InvalidRequestError naming the offered adapters for a name the server lacks, or when one
     request names more than fit on the device."""
-    return choose_loras(request.loras, model_config.loras, model_config.max_gpu_loras, error=InvalidRequestError)
+    return choose_loras(request.loras, model_config.offered_loras, model_config.max_gpu_loras,
+                        error=InvalidRequestError)
 
 
 class RankLoras:
@@ -39,11 +40,11 @@ class RankLoras:
         self.models = {t: components[t] for t in TRANSFORMERS
                        if t in components and getattr(components[t], "_hf_peft_config_loaded", False)}
         self.config = model_config
-        self.offered = model_config.loras
+        self.offered = model_config.offered_loras
         self.targets = {name: spec.targets for name, spec in self.offered}
         self.run: dict[str, list[tuple[str, float]]] = {t: [] for t in self.models}
         if not model_config.fuse_loras:
-            for index, spec in enumerate(model_config.lora):
+            for index, spec in enumerate(model_config.run_loras):
                 for target in spec.targets:
                     self.run[target].append((run_adapter(index), spec.scale))
         self.device = torch.device(device)

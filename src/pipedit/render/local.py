@@ -34,8 +34,8 @@ def model_identity(config: EngineConfig) -> str:
         identity = str(Path(model.path).resolve())
     else:
         identity = f"pipedit-demo-{model.name}" if model.name else "pipedit-demo"
-    if model.lora:
-        identity += " lora=" + ",".join(spec.identity() for spec in model.lora)
+    if model.run_loras:
+        identity += " lora=" + ",".join(spec.identity() for spec in model.run_loras)
     return identity
 
 

@@ -24,7 +24,7 @@ from ..fields import FIELDS
 _SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,79}$")
 # Besides the keyed generation fields, a line's key holds the model, its image's content and, in a
-# local render, the files (and scales) of the named adapters it chooses (model.loras).
+# local render, the files (and scales) of the named adapters it chooses (model.offered_loras).
 _KEYED_BESIDES_FIELDS = ("model", "image_sha256", "lora_files")
 
 Validator = Callable[[dict], None]  # raises UserInputError for settings the model can't take
@@ -77,7 +77,7 @@ def is_jsonl(path: Path, lines: list[str]) -> bool:
 def read_lines(path: Path, defaults: GenerationDefaults, model: str,
                validate: Validator | None = None, loras=None) -> list[RenderLine]:
     """Every non-blank, non-comment line of the file, resolved; errors stay on their line.
-    `loras`: the adapters lines may name (a local render's model.loras, a LoraOffer); None: the
+    `loras`: the adapters lines may name (a local render's model.offered_loras, a LoraOffer); None: the
     server decides (a remote render)."""
     if not path.is_file():
         raise UserInputError(f"prompts file {path} does not exist; give a .jsonl or .txt file")

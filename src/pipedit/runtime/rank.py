@@ -22,6 +22,7 @@ from ..errors import UserInputError
 from ..guidance import guidance_applies
 from ..images import load_image
 from ..logs import quiet_libraries
+from ..lora.inject import apply_loras
 from ..lora.switch import resolve as resolve_loras
 from ..request import VideoRequest
 from .layout import WorldLayout
@@ -132,8 +133,8 @@ class RankWorker:
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
-                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert,
-                                    loras=model.lora, fuse_loras=model.fuse_loras, named_loras=model.loras)
+                                    text_encoder_path=model.text_encoder_path, idle_expert=model.idle_expert)
+        apply_loras(self.adapter, model.run_loras, model.fuse_loras, model.offered_loras)  # before any hook or compile
 
     def _init_process_group(self, rendezvous: str | None) -> None:
         """`rendezvous`: rank 0's rendezvous_address."""

@@ -34,7 +34,7 @@ class DenoiseWorker(RankWorker):
         self._join(model_path, rendezvous)
         # Adapters are final before the shard plan's hooks and compile: under compile, named
         # adapters switch through fixed slots (pipedit.lora.slots: no recompile at a switch).
-        switching = SlotLoras if self.config.model.compile and self.config.model.loras else RankLoras
+        switching = SlotLoras if self.config.model.compile and self.config.model.offered_loras else RankLoras
         self.loras = switching(self.adapter.components, self.config.model, self.device)
         self.lora_switch_s = 0.0  # the current job's adapter activation (moves to the device included)
         if self.layout.cfg > 1:
