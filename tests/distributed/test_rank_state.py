@@ -26,7 +26,7 @@ def test_two_ranks_in_one_process_keep_their_own_faults_and_deadlines(tmp_path):
     first = RankState.for_rank(0, 0.2, switch)
     second = RankState.for_rank(1, 30.0, switch)
     quiet = RankState.for_rank(1, None, {})  # a rank started without the switch
-    assert (first.rank, second.rank, first.faults.once_dir) == (0, 1, str(tmp_path))
+    assert (first.faults.rank, second.faults.rank, first.faults.once_dir) == (0, 1, str(tmp_path))
 
     first.faults.enter(phase="denoise", step=2)
     second.faults.enter(phase="denoise", step=1)

@@ -29,7 +29,3 @@ class RankState:
         """Global rank `rank`'s state: the fault switch from `environment` (the process's, as the
         executor sets it for its ranks) and the operation deadline (None: none)."""
         return cls(FaultPoints.from_environment(rank, environment), OpDeadline(op_deadline_s))
-
-    @property
-    def rank(self) -> int:
-        return self.faults.rank
