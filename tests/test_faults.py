@@ -46,51 +46,55 @@ def test_every_fault_point_in_the_code_can_be_selected():
 def test_faults_fire_only_where_every_selector_matches(monkeypatch):
     monkeypatch.setenv(faults.ENV, "fail:phase=denoise:step=1:aco:prompt=fox,oom:phase=decode")
     monkeypatch.delenv(faults.ONCE_DIR_ENV, raising=False)
-    faults.set_rank(0)
-    faults.enter(phase="denoise", step=1, aco=False, prompt="a red fox")
-    faults.check()  # not an Aco step
-    faults.enter(phase="denoise", step=0, aco=True, prompt="a red fox")
-    faults.check()  # another step
-    faults.enter(phase="denoise", step=1, aco=True, prompt="a cat")
-    faults.check()  # another prompt
-    faults.enter(phase="denoise", step=1, aco=True, prompt="a red fox")
+    points = faults.FaultPoints.from_environment(0)
+    points.enter(phase="denoise", step=1, aco=False, prompt="a red fox")
+    points.check()  # not an Aco step
+    points.enter(phase="denoise", step=0, aco=True, prompt="a red fox")
+    points.check()  # another step
+    points.enter(phase="denoise", step=1, aco=True, prompt="a cat")
+    points.check()  # another prompt
+    points.enter(phase="denoise", step=1, aco=True, prompt="a red fox")
     with pytest.raises(faults.InjectedFault, match="injected fail fault on rank 0 \\(denoise, step 1"):
-        faults.check()
-    faults.enter(phase="decode", prompt="anything")
-    faults.check(op="p2p")  # a fault without op does not fire where an operation is posted
+        points.check()
+    points.enter(phase="decode", prompt="anything")
+    points.check(op="p2p")  # a fault without op does not fire where an operation is posted
     with pytest.raises(torch.OutOfMemoryError, match="injected oom fault"):
-        faults.check()
+        points.check()
 
 
 def test_once_fires_a_single_time_across_processes_sharing_the_folder(monkeypatch, tmp_path):
     monkeypatch.setenv(faults.ENV, "fail:phase=encode:once")
     monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path))
-    faults.enter(phase="encode", prompt="p")
+    points = faults.FaultPoints.from_environment(0)
+    points.enter(phase="encode", prompt="p")
     with pytest.raises(faults.InjectedFault):
-        faults.check()
-    faults.check()  # the marker exists: a retry (even on a rebuilt rank) succeeds
+        points.check()
+    rebuilt = faults.FaultPoints.from_environment(0)
+    rebuilt.enter(phase="encode", prompt="p")
+    rebuilt.check()  # the marker exists: a retry (even on a rebuilt rank) succeeds
     assert len(list(tmp_path.glob("fault-*"))) == 1
 
 
 def test_off_by_default(monkeypatch):
     monkeypatch.delenv(faults.ENV, raising=False)
-    faults.enter(phase="decode", prompt="p")
-    faults.check()
+    points = faults.FaultPoints.from_environment(0)
+    points.enter(phase="decode", prompt="p")
+    points.check()
 
 
 def test_the_switch_travels_from_the_server_environment_to_replicas_and_ranks(monkeypatch):
     from pipedit.config import EngineConfig, ParallelConfig
-    from pipedit.runtime.executor import _fault_env
+    from pipedit.runtime.executor import fault_env
     from pipedit.serve.deployment import deployment_options
 
     config = EngineConfig(parallel=ParallelConfig(ulysses=2))
     monkeypatch.delenv(faults.ENV, raising=False)
-    assert _fault_env() == {} and "runtime_env" not in deployment_options(config)["ray_actor_options"]
+    assert fault_env() == {} and "runtime_env" not in deployment_options(config)["ray_actor_options"]
     monkeypatch.setenv(faults.ENV, "kill:rank=1:step=2")
-    ranks_env = _fault_env()
+    ranks_env = fault_env()
     assert ranks_env[faults.ENV] == "kill:rank=1:step=2" and ranks_env[faults.ONCE_DIR_ENV]
     replica = deployment_options(config)["ray_actor_options"]["runtime_env"]["env_vars"]
     assert replica == {faults.ENV: "kill:rank=1:step=2"}
     monkeypatch.setenv(faults.ENV, "kill:rank=x")
     with pytest.raises(UserInputError, match="rank must be an integer"):
-        _fault_env()  # a typo fails the engine's start
+        fault_env()  # a typo fails the engine's start

@@ -14,19 +14,21 @@ selectors: rank=N (global rank), step=N (denoise step index, 0 = the first), pha
            is the step cache's agreement, broadcast the split decode's; faults without op fire
            at the start of a phase or step, the decode's after its latents arrived), prompt=TEXT (the
            request's prompt contains TEXT), aco (only in steps that use Aco helpers),
-           once (fires at most once per server: the executor hands every rank one state folder)
+           once (fires at most once per server: the engine hands every rank it starts one state folder)
 
-Nothing here is reachable from the HTTP API: only the process environment turns it on.
+Nothing here is reachable from the HTTP API: only the process environment turns it on. Each rank
+reads it once, into the FaultPoints of its RankState (pipedit.distributed.rank_state), which its
+worker and collectives call.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,51 +105,45 @@ def _selector(text: str, name: str, has_value: str, value: str) -> dict:
                          f"step=N, phase=..., op=..., prompt=TEXT, aco, once")
 
 
-# -- where this process is (set by the rank workers) ----------------------------------------
-_rank = 0
-_where = threading.local()  # decode ranks run two calls at once (decode, next prompt's encode)
+# -- one rank's fault points (made by its worker, passed to its collectives) --------------------
+class FaultPoints:
+    """The faults one rank's process was started with, and where each of its threads is now.
 
+    `once_dir`: the folder of `once` markers that every rank of a server shares (None: `once`
+    faults fire every time they match)."""
 
-def set_rank(rank: int) -> None:
-    global _rank
-    _rank = rank
+    def __init__(self, rank: int = 0, spec: str = "", once_dir: str | None = None):
+        self.rank = rank
+        self.faults = parse(spec) if spec else []
+        self.once_dir = once_dir
+        self._where = threading.local()  # decode ranks run two calls at once (decode, next prompt's encode)
 
+    @classmethod
+    def from_environment(cls, rank: int, environment: Mapping[str, str] = os.environ) -> FaultPoints:
+        """The switch as the executor hands it to a rank: PIPEDIT_FAULTS and its `once` folder."""
+        return cls(rank, environment.get(ENV, ""), environment.get(ONCE_DIR_ENV) or None)
 
-def enter(**where) -> None:
-    """Records what this thread is doing now (phase, step, prompt, aco) for the selectors."""
-    _where.values = where
+    def enter(self, **where) -> None:
+        """Records what this thread is doing now (phase, step, prompt, aco) for the selectors."""
+        self._where.values = where
 
+    def check(self, **point) -> None:
+        """A fault point: fires the first matching fault. `point` adds e.g. op="all_to_all"."""
+        if not self.faults:
+            return
+        where = dict(getattr(self._where, "values", {}), rank=self.rank, **point)
+        for fault in self.faults:
+            if fault.matches(where) and (not fault.once or self._claim(fault)):
+                _fire(fault, where)
 
-def _active() -> list[Fault]:
-    spec = os.environ.get(ENV, "")
-    return _parsed(spec) if spec else []
-
-
-@functools.lru_cache(maxsize=4)
-def _parsed(spec: str) -> list[Fault]:
-    return parse(spec)
-
-
-def check(**point) -> None:
-    """A fault point: fires the first matching fault. `point` adds e.g. op="all_to_all"."""
-    faults = _active()
-    if not faults:
-        return
-    where = dict(getattr(_where, "values", {}), rank=_rank, **point)
-    for fault in faults:
-        if fault.matches(where) and (not fault.once or _claim(fault)):
-            _fire(fault, where)
-
-
-def _claim(fault: Fault) -> bool:
-    folder = os.environ.get(ONCE_DIR_ENV)
-    if not folder:
-        return True
-    try:
-        (Path(folder) / f"fault-{fault.key}").open("x").close()
-        return True
-    except FileExistsError:
-        return False
+    def _claim(self, fault: Fault) -> bool:
+        if not self.once_dir:
+            return True
+        try:
+            (Path(self.once_dir) / f"fault-{fault.key}").open("x").close()
+            return True
+        except FileExistsError:
+            return False
 
 
 def _fire(fault: Fault, where: dict) -> None:

@@ -28,10 +28,10 @@ def _record_posts(posts: list) -> None:
 
     original, sent = p2p.post, []
 
-    def post(sends=(), recvs=(), group=None, op="p2p"):
+    def post(sends=(), recvs=(), group=None, op="p2p", state=None):
         sent.extend(t for t, _ in sends)
         posts.append((op, [peer for _, peer in sends], [peer for _, peer in recvs], [id(t) for t, _ in sends]))
-        return original(sends, recvs, group, op)
+        return original(sends, recvs, group, op, state)
 
     p2p.post = post
 

@@ -108,6 +108,6 @@ def test_the_decision_waits_at_the_latency_poll_interval(monkeypatch):
             waits.append(options)
             return self.tensor * 2  # a group of two equal ranks
 
-    monkeypatch.setattr(agree, "all_reduce_async", lambda tensor, group, op: Handle(tensor))
+    monkeypatch.setattr(agree, "all_reduce_async", lambda tensor, group, op, state: Handle(tensor))
     assert agree.Agreement(["sp", "cfg"])(torch.tensor([1.0, 3.0])) == [4.0, 12.0]
     assert waits == [{"host": True, "max_sleep": LATENCY_POLL_S}] * 2

@@ -8,6 +8,7 @@ import torch
 import torch.distributed as dist
 
 from pipedit.distributed import deadline
+from pipedit.distributed.rank_state import RankState
 from pipedit.distributed.collectives import all_gather_async, all_to_all_async
 from pipedit.distributed.p2p import post
 from pipedit.distributed.spawn import run_on_gloo_ranks
@@ -25,22 +26,23 @@ def _timed(fn):
 
 
 def _rank(rank, world_size):
-    deadline.set_op_deadline(30.0)  # ranks of a loaded machine may reach an op seconds apart
+    state = RankState.for_rank(rank, 30.0)  # ranks of a loaded machine may reach an op seconds apart
     group = dist.new_group([0, 1])
     # Both ranks take part: results as without a deadline.
-    gathered = [t.item() for t in all_gather_async(torch.tensor([rank + 1.0]), group).wait()]
-    swapped = all_to_all_async(torch.tensor([rank * 10.0, rank * 10.0 + 1]), [1, 1], [1, 1], group)
+    gathered = [t.item() for t in all_gather_async(torch.tensor([rank + 1.0]), group, state).wait()]
+    swapped = all_to_all_async(torch.tensor([rank * 10.0, rank * 10.0 + 1]), [1, 1], [1, 1], group, state)
     swapped = swapped.then(lambda t: t.tolist()).wait(host=True)
     peer_value = torch.empty(1)
-    post(sends=[(torch.tensor([rank + 5.0]), 1 - rank)], recvs=[(peer_value, 1 - rank)]).wait()
+    post(sends=[(torch.tensor([rank + 5.0]), 1 - rank)], recvs=[(peer_value, 1 - rank)], state=state).wait()
     assert peer_value.item() == (1 - rank) + 5.0  # P2P completes under a deadline too
     dist.barrier()
-    deadline.set_op_deadline(DEADLINE_S)
+    state.deadline.seconds = DEADLINE_S
     if rank == 0:  # then rank 0 stays away (alive, as a hung peer) while rank 1 waits
         time.sleep(4 * DEADLINE_S + 4)
         return gathered, swapped
-    a2a = _timed(lambda: all_to_all_async(torch.zeros(2), [1, 1], [1, 1], group).wait())
-    received = _timed(lambda: post(recvs=[(torch.empty(3), 0)], op="latent handoff receive").wait(host=True))
+    a2a = _timed(lambda: all_to_all_async(torch.zeros(2), [1, 1], [1, 1], group, state).wait())
+    received = _timed(lambda: post(recvs=[(torch.empty(3), 0)], op="latent handoff receive",
+                                   state=state).wait(host=True))
     return gathered, swapped, a2a, received
 
 
@@ -61,17 +63,14 @@ def test_settle_reports_a_watched_operation_past_its_deadline():
         def query(self):
             return False
 
-    deadline.set_op_deadline(0.2)
+    watched = deadline.OpDeadline(0.2)
+    watched.watch(Stuck(), "Aco reply send", [3], time.monotonic())
+    start = time.monotonic()
     try:
-        deadline.watch(Stuck(), "Aco reply send", [3], time.monotonic())
-        start = time.monotonic()
-        try:
-            deadline.settle()
-        except deadline.OperationTimeout as error:
-            assert "Aco reply send with peer rank(s) [3]" in str(error)
-        else:
-            raise AssertionError("settle did not raise")
-        assert time.monotonic() - start < 1.0
-        deadline.settle()  # reported once: nothing left to watch
-    finally:
-        deadline.set_op_deadline(None)
+        watched.settle()
+    except deadline.OperationTimeout as error:
+        assert "Aco reply send with peer rank(s) [3]" in str(error)
+    else:
+        raise AssertionError("settle did not raise")
+    assert time.monotonic() - start < 1.0
+    watched.settle()  # reported once: nothing left to watch

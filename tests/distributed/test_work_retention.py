@@ -16,6 +16,7 @@ import torch.distributed as dist
 from torch.testing._internal.distributed.fake_pg import FakeStore
 
 from pipedit.distributed import collectives, deadline
+from pipedit.distributed.rank_state import RankState
 
 
 class HoldsBuffers:
@@ -47,19 +48,19 @@ def fake_world(monkeypatch):
     monkeypatch.setattr(dist, "all_to_all_single", all_to_all_single)
     monkeypatch.setattr(collectives, "device_side", lambda tensors: True)
     monkeypatch.setattr(collectives, "completion_marker", Completed)
-    deadline.set_op_deadline(60.0)
-    yield dist.group.WORLD
-    deadline.settle()
-    deadline.set_op_deadline(None)
+    state = RankState.for_rank(0, 60.0)
+    yield dist.group.WORLD, state
+    state.deadline.settle()
     dist.destroy_process_group()
 
 
-def _forward_of_attention_calls(group, calls: int) -> list:
+def _forward_of_attention_calls(world, calls: int) -> list:
     """`calls` all-to-alls whose results are used and dropped, as attention calls do; weak
     references to every receive buffer."""
+    group, state = world
     received = []
     for _ in range(calls):
-        out = collectives.all_to_all_async(torch.ones(1024), [512, 512], [512, 512], group).wait()
+        out = collectives.all_to_all_async(torch.ones(1024), [512, 512], [512, 512], group, state).wait()
         received.append(weakref.ref(out))
         del out
     gc.collect()
@@ -68,7 +69,7 @@ def _forward_of_attention_calls(group, calls: int) -> list:
 
 def test_waited_ops_release_their_buffers_before_the_step_settles(fake_world):
     received = _forward_of_attention_calls(fake_world, calls=6)
-    assert deadline.watched_count() == 6  # each op is still checked at settle()...
+    assert fake_world[1].deadline.watched_count() == 6  # each op is still checked at settle()...
     assert [ref() for ref in received] == [None] * 6  # ...but none keeps its buffer alive
 
 

@@ -25,19 +25,19 @@ def _config_only(source, target, layers: int):
 def watch_works_until_settle(monkeypatch):
     """The behaviour before the fix (rank 0 holds no VAE here: its peak is in the forward): device-side waits keep their Works until settle()."""
     held = []
-    wait, settle = collectives.Pending.wait, deadline.settle
+    wait, settle = collectives.Pending.wait, deadline.OpDeadline.settle
 
     def old_wait(self, host=False, *args, **kwargs):
         if not self._waited and not host:
             held.extend(w for w in self._works if not isinstance(w, collectives.Pending))
         return wait(self, host, *args, **kwargs)
 
-    def old_settle():
+    def old_settle(self):
         held.clear()
-        settle()
+        settle(self)
 
     monkeypatch.setattr(collectives.Pending, "wait", old_wait)
-    monkeypatch.setattr(deadline, "settle", old_settle)
+    monkeypatch.setattr(deadline.OpDeadline, "settle", old_settle)
 
 
 def _comm_at_peak(tmp_path, demo_checkpoint, layers: int) -> tuple[int, int]:

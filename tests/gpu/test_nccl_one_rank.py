@@ -30,16 +30,15 @@ def nccl_group():
 
 
 @pytest.fixture
-def op_deadline():
-    from pipedit.distributed import deadline
+def rank_state():
+    from pipedit.distributed.rank_state import RankState
 
-    deadline.set_op_deadline(30.0)
-    yield deadline
-    deadline.settle()
-    deadline.set_op_deadline(None)
+    state = RankState.for_rank(0, 30.0)
+    yield state
+    state.deadline.settle()
 
 
-def test_waited_all_to_alls_free_their_buffers_before_settle(nccl_group, op_deadline):
+def test_waited_all_to_alls_free_their_buffers_before_settle(nccl_group, rank_state):
     from pipedit.distributed.collectives import all_to_all_async
 
     send = torch.arange(16 * MIB, dtype=torch.float32, device="cuda:0")  # 64 MiB
@@ -47,31 +46,31 @@ def test_waited_all_to_alls_free_their_buffers_before_settle(nccl_group, op_dead
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     for _ in range(6):
-        out = all_to_all_async(send, [n], [n], nccl_group).wait()
+        out = all_to_all_async(send, [n], [n], nccl_group, rank_state).wait()
         assert torch.equal(out, send)  # one rank: the identity (also syncs the stream)
         del out
     torch.cuda.synchronize()
     grown = torch.cuda.memory_allocated() - before
-    assert op_deadline.watched_count() == 6  # checked at settle()...
+    assert rank_state.deadline.watched_count() == 6  # checked at settle()...
     assert grown < 64 * MIB, f"{grown / MIB:.0f} MiB still allocated"  # ...but no buffer held for it
-    op_deadline.settle()
-    assert op_deadline.watched_count() == 0
+    rank_state.deadline.settle()
+    assert rank_state.deadline.watched_count() == 0
 
 
-def test_all_gather_and_a_host_wait(nccl_group, op_deadline):
+def test_all_gather_and_a_host_wait(nccl_group, rank_state):
     from pipedit.distributed.collectives import all_gather_async
 
     x = torch.randn(1000, device="cuda:0")
-    (gathered,) = all_gather_async(x, nccl_group).wait(host=True)  # polled with is_completed()
+    (gathered,) = all_gather_async(x, nccl_group, rank_state).wait(host=True)  # polled with is_completed()
     assert torch.equal(gathered, x)
-    assert op_deadline.watched_count() == 0  # a host wait needs no watch
+    assert rank_state.deadline.watched_count() == 0  # a host wait needs no watch
 
 
-def test_batched_p2p_to_itself(nccl_group, op_deadline):
+def test_batched_p2p_to_itself(nccl_group, rank_state):
     from pipedit.distributed import p2p
 
     send, recv = torch.randn(4096, device="cuda:0"), torch.empty(4096, device="cuda:0")
-    p2p.post(sends=[(send, 0)], recvs=[(recv, 0)], op="self exchange").wait(host=True)
+    p2p.post(sends=[(send, 0)], recvs=[(recv, 0)], op="self exchange", state=rank_state).wait(host=True)
     assert torch.equal(recv, send)
 
 

@@ -16,7 +16,7 @@ def _request(prompt):
 @pytest.fixture
 def core(demo_checkpoint, monkeypatch, tmp_path):
     monkeypatch.setenv(ENV, "oom:phase=decode:prompt=ONCE:once,fail:phase=denoise:step=1:prompt=ALWAYS")
-    monkeypatch.setenv(ONCE_DIR_ENV, str(tmp_path))  # restored afterwards (the executor sets it)
+    monkeypatch.setenv(ONCE_DIR_ENV, str(tmp_path))  # the engine hands this folder to its rank
     events = []
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)), reliability=ReliabilityConfig(retries=1))
     with EngineLoop.from_config(config) as engine:

@@ -29,9 +29,9 @@ def test_a_rank_finds_the_demo_model_on_its_node(tmp_path, monkeypatch):
 def test_a_rank_that_cannot_see_the_fault_folder_names_node_and_folder(tmp_path, monkeypatch):
     from pipedit import faults
 
-    rank = RankWorker(EngineConfig(), WorldLayout(ulysses=2), rank=1)
     monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path))
-    rank.check_fault_folder()
+    RankWorker(EngineConfig(), WorldLayout(ulysses=2), rank=1).check_fault_folder()
     monkeypatch.setenv(faults.ONCE_DIR_ENV, str(tmp_path / "on-another-node"))
+    rank = RankWorker(EngineConfig(), WorldLayout(ulysses=2), rank=1)  # a rank reads the switch as it starts
     with pytest.raises(UserInputError, match=r"rank 1 on node .* cannot see the fault injection state folder"):
         rank.check_fault_folder()

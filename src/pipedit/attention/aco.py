@@ -29,6 +29,7 @@ from pipedit.attention.base import kernel_inputs, split_outputs
 from pipedit.attention.kernels import AttentionKernel
 from pipedit.attention.usp import UlyssesAttention
 from pipedit.distributed import deadline, p2p
+from pipedit.distributed.rank_state import RankState
 from pipedit.distributed.sharding import shard_sizes
 
 
@@ -140,7 +141,8 @@ class AcoAttention(UlyssesAttention):
         if END_OF_FORWARD not in self._headers:
             self._headers[END_OF_FORWARD] = torch.tensor(list(END_OF_FORWARD), dtype=torch.int64, device=device)
         end = self._headers[END_OF_FORWARD]
-        p2p.post(sends=[(end, helper) for helper, _ in self.offloads], op="Aco end-of-forward send").wait()
+        p2p.post(sends=[(end, helper) for helper, _ in self.offloads], op="Aco end-of-forward send",
+                 state=self.ctx.state).wait()
 
     @property
     def chunk_heads(self) -> int | None:
@@ -167,9 +169,11 @@ class AcoAttention(UlyssesAttention):
         # Posted before the local heads compute, which they overlap. Headers first, in their own
         # batch: a helper sizes each request's buffer from its header (see the module's hazard).
         transfers = (
-            p2p.post(sends=[(header, helper) for helper, header, *_ in problems], op="Aco header send"),
+            p2p.post(sends=[(header, helper) for helper, header, *_ in problems], op="Aco header send",
+                     state=self.ctx.state),
             p2p.post(sends=[(request, helper) for helper, _, request, *_ in problems],
-                     recvs=[(reply, helper) for helper, _, _, reply, *_ in problems], op="Aco heads exchange"),
+                     recvs=[(reply, helper) for helper, _, _, reply, *_ in problems], op="Aco heads exchange",
+                     state=self.ctx.state),
         )
         local_joint = None if joint is None else joint.heads(0, keep)
         local_k, local_v = (None if t is None else t[:, :, :keep] for t in (k, v))
@@ -187,16 +191,17 @@ class AcoAttention(UlyssesAttention):
 
 
 def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, kernel: AttentionKernel,
-                    device: torch.device) -> int:
+                    device: torch.device, state: RankState | None = None) -> int:
     """Helper side: answer up to `calls` attention calls, each with one request per (source,
     heads); returns the calls served. Each request is one attention-kernel problem (the denoise
     rank has already applied its joint text tokens and sparse layout), so every shape of call is
-    served alike. An END_OF_FORWARD header from every source ends the forward early."""
+    served alike. An END_OF_FORWARD header from every source ends the forward early. `state`: the
+    helper rank's (fault points, operation deadline)."""
     for served in range(calls):
         headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device)) for src, heads in pairs]
         # Read on the host below; a late wake-up here delays the denoise ranks' attention call.
         p2p.post(recvs=[(header, src) for src, _, header in headers],
-                 op="Aco header receive").wait(host=True, max_sleep=deadline.LATENCY_POLL_S)
+                 op="Aco header receive", state=state).wait(host=True, max_sleep=deadline.LATENCY_POLL_S)
         values = [tuple(header.tolist()) for _, _, header in headers]
         if _ends_forward(values, [src for src, _ in pairs]):
             return served
@@ -205,12 +210,12 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
             shapes = _request_shapes(header, heads, shape.head_dim)
             buffer = torch.empty(sum(int(torch.Size(s).numel()) for s in shapes), dtype=shape.dtype, device=device)
             inbox.append((src, shapes, buffer))
-        p2p.post(recvs=[(buffer, src) for src, _, buffer in inbox], op="Aco request receive").wait()
+        p2p.post(recvs=[(buffer, src) for src, _, buffer in inbox], op="Aco request receive", state=state).wait()
         replies = []
         for src, shapes, buffer in inbox:
             q, k, v, *mask = _unpack(buffer, shapes)
             replies.append((kernel(q, k, v, mask[0] > 0.5 if mask else None).contiguous(), src))
-        p2p.post(sends=replies, op="Aco reply send").wait()
+        p2p.post(sends=replies, op="Aco reply send", state=state).wait()
     return calls
 
 

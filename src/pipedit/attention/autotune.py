@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import torch
 
 from pipedit.attention.base import JointTokens
-from pipedit.distributed import deadline
+from pipedit.distributed.deadline import OpDeadline
 from pipedit.distributed.context import ParallelContext
 from pipedit.distributed.sharding import shard_sizes
 
@@ -56,14 +56,14 @@ def _inputs(ctx: ParallelContext, shape: AttentionShape, dtype: torch.dtype):
     return (q, k, v), sizes, joint
 
 
-def _timed(call) -> float:
+def _timed(call, watched: OpDeadline) -> float:
     start = time.perf_counter()
     out = call()
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         torch.cuda.synchronize()
     del out
     elapsed = time.perf_counter() - start
-    deadline.settle()  # the call's device-side ops completed (synchronized): stop watching them
+    watched.settle()  # the call's device-side ops completed (synchronized): stop watching them
     return elapsed
 
 
@@ -83,7 +83,8 @@ def interleaved_samples(calls: list, rounds: int, ctx: ParallelContext) -> torch
     background load hit every candidate alike. Collective: all ranks run the same calls."""
     for call in calls:
         call()  # warm-up
-    samples = torch.tensor([[_timed(call) for call in calls] for _ in range(rounds)], dtype=torch.float64)
+    watched = ctx.state.deadline
+    samples = torch.tensor([[_timed(call, watched) for call in calls] for _ in range(rounds)], dtype=torch.float64)
     return slowest_rank(samples, ctx)
 
 

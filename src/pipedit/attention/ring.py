@@ -11,7 +11,7 @@ Invariants:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -19,6 +19,7 @@ from pipedit.attention.base import JointTokens
 from pipedit.attention.kernels import LseKernel, merge_partials
 from pipedit.distributed.collectives import Pending, ProcessGroup
 from pipedit.distributed.p2p import exchange_async
+from pipedit.distributed.rank_state import RankState
 
 Partial = tuple[torch.Tensor, torch.Tensor]  # (out [B, H, N, D] fp32, lse [B, H, N] fp32)
 
@@ -29,6 +30,7 @@ class RingSpec:
     peers: tuple[int, ...]  # global ranks in ring order
     group: ProcessGroup | None
     block_sizes: tuple[int, ...]  # sequence length held by each ring position
+    state: RankState | None = field(default=None, compare=False)  # this rank's, for its transfers
 
 
 def ring_attention(
@@ -107,6 +109,7 @@ def _circulate(
                 incoming if incoming.numel() else None,
                 recv_from,
                 ring.group,
+                ring.state,
             )
         yield source, block[0].transpose(1, 2), block[1].transpose(1, 2)
         if pending is not None:

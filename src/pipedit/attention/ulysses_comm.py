@@ -2,7 +2,8 @@
 
 Buffers are flat and split by element counts, so uneven sequence shards and uneven head shards
 need no padding. Each send piece is laid out so that the received pieces, stacked in source-rank
-order, already form the target tensor up to a view (one copy per side).
+order, already form the target tensor up to a view (one copy per side). `state`: the posting rank's
+RankState (fault points, operation deadline).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipedit.distributed.collectives import (
     all_gather_async,
     all_to_all_async,
 )
+from pipedit.distributed.rank_state import RankState
 from pipedit.distributed.sharding import shard_offsets
 
 
@@ -36,6 +38,7 @@ def start_sequence_to_heads(
     head_sizes: Sequence[int],
     rank: int,
     group: ProcessGroup | None,
+    state: RankState | None = None,
 ) -> Pending[torch.Tensor]:
     """[B, seq_sizes[rank], H, D] -> [B, sum(seq_sizes), head_sizes[rank], D] over `group`."""
     if group is None:
@@ -45,7 +48,7 @@ def start_sequence_to_heads(
     starts = shard_offsets(head_sizes)
     pieces = [seq_x[:, :, s : s + n] for s, n in zip(starts, head_sizes)]
     recv_splits = [n * batch * head_sizes[rank] * dim for n in seq_sizes]
-    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group)
+    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group, state)
     shape = (sum(seq_sizes), batch, head_sizes[rank], dim)
     return pending.then(lambda flat: flat.view(shape).permute(1, 0, 2, 3))
 
@@ -56,6 +59,7 @@ def start_heads_to_sequence(
     head_sizes: Sequence[int],
     rank: int,
     group: ProcessGroup | None,
+    state: RankState | None = None,
 ) -> Pending[torch.Tensor]:
     """[B, sum(seq_sizes), head_sizes[rank], D] -> [sum(head_sizes), seq_sizes[rank], B, D].
 
@@ -69,7 +73,7 @@ def start_heads_to_sequence(
     starts = shard_offsets(seq_sizes)
     pieces = [head_x[:, s : s + n] for s, n in zip(starts, seq_sizes)]
     recv_splits = [h * seq_sizes[rank] * batch * dim for h in head_sizes]
-    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group)
+    pending = all_to_all_async(pack(pieces), [p.numel() for p in pieces], recv_splits, group, state)
     shape = (sum(head_sizes), seq_sizes[rank], batch, dim)
     return pending.then(lambda flat: flat.view(shape))
 
@@ -91,6 +95,7 @@ def start_gather_heads(
     x: torch.Tensor,
     head_sizes: Sequence[int],
     group: ProcessGroup | None,
+    state: RankState | None = None,
 ) -> Pending[torch.Tensor]:
     """All-gather [B, L, head_sizes[rank], D] over heads -> [B, L, sum(head_sizes), D].
 
@@ -101,7 +106,7 @@ def start_gather_heads(
     most = max(head_sizes)
     padded = x.new_zeros(*x.shape[:2], most, x.shape[3])
     padded[:, :, : x.shape[2]] = x
-    pending = all_gather_async(padded, group)
+    pending = all_gather_async(padded, group, state)
     return pending.then(
         lambda parts: torch.cat([p[:, :, :n] for p, n in zip(parts, head_sizes)], dim=2)
     )

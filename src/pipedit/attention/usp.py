@@ -154,7 +154,7 @@ class USPAttention(AttentionStrategy):
     def _scatter(self, x: torch.Tensor, plan: HeadPlan) -> Pending[torch.Tensor]:
         ctx = self.ctx
         return start_sequence_to_heads(
-            x, plan.seq_sizes, plan.head_sizes, ctx.ulysses_rank, ctx.ulysses_group
+            x, plan.seq_sizes, plan.head_sizes, ctx.ulysses_rank, ctx.ulysses_group, ctx.state
         )
 
     def _attend(
@@ -178,14 +178,14 @@ class USPAttention(AttentionStrategy):
             q_c, k_c, v_c = (None if t is None else t[:, :, heads] for t in (q_h, k_h, v_h))
             out, text_out = self._core(q_c, k_c, v_c, part, plan, layout)
             # Launched before the next chunk is computed: the all-to-all overlaps it (PipeSP).
-            sends.append(start_heads_to_sequence(out, plan.seq_sizes, counts, me, group))
+            sends.append(start_heads_to_sequence(out, plan.seq_sizes, counts, me, group, self.ctx.state))
             if text_out is not None:
                 text_parts.append(text_out)
             start = stop
         text = None
         if text_parts:
             text_local = torch.cat(text_parts, dim=2)
-            text = start_gather_heads(text_local, plan.head_sizes, group)
+            text = start_gather_heads(text_local, plan.head_sizes, group, self.ctx.state)
         out = assemble_heads([s.wait() for s in sends], plan.order_index)
         return out, None if text is None else text.wait()
 

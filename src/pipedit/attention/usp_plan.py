@@ -31,7 +31,7 @@ def make_plan(
     ring = None
     if ctx.ring_degree > 1:
         ring = RingSpec(
-            ctx.ring_rank, ctx.ring_global_ranks, ctx.ring_group, group_sizes(sizes, degree)
+            ctx.ring_rank, ctx.ring_global_ranks, ctx.ring_group, group_sizes(sizes, degree), ctx.state
         )
     # Chunking only pays when there is an output all-to-all to overlap (ulysses_degree > 1).
     step = max(heads) if chunk_heads is None or degree == 1 else chunk_heads

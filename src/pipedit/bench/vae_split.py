@@ -38,10 +38,12 @@ def _adapter_and_latents(path: str, model: str | None, shape: VideoShape, mode: 
 def _rank(rank: int, world_size: int, path: str, model: str | None, shape: VideoShape, mode: str,
           seed: int) -> RankRun:
     """One rank of the bench (spawned by run_on_gloo_ranks); one rank alone: the plain decode."""
+    from ..distributed.rank_state import RankState
     from ..runtime import split_decode
 
     adapter, latents = _adapter_and_latents(path, model, shape, mode, seed)
-    group = split_decode.make_decode_group(tuple(range(world_size)), True)  # every rank, before timing
+    # every rank, before timing; no operation deadline, as in every bench
+    group = split_decode.make_decode_group(tuple(range(world_size)), True, RankState.for_rank(rank))
     units = adapter.split_units(latents.shape, world_size)
     with _PeakMeter(adapter.device) as meter:
         start = time.perf_counter()

@@ -15,26 +15,28 @@ import torch
 
 from ..distributed.collectives import all_reduce_async
 from ..distributed.deadline import LATENCY_POLL_S
+from ..distributed.rank_state import RankState
 
 
-def global_sums(local: torch.Tensor, groups: Sequence) -> list[float]:
+def global_sums(local: torch.Tensor, groups: Sequence, state: RankState | None = None) -> list[float]:
     """Sums of `local` (float32) over every rank of `groups` (None entries: a group of one).
-    Runs under the op deadline; the host reads the result (the decision is a host branch)."""
+    Runs under `state`'s op deadline; the host reads the result (the decision is a host branch)."""
     total = local
     for group in groups:
         if group is not None:
             # In the middle of every forward, on the critical path: poll as Aco's header waits do,
             # not with the 10 ms back-off of off-path waits (half of it lost per decision on average).
-            pending = all_reduce_async(total, group, op="step cache decision")
+            pending = all_reduce_async(total, group, op="step cache decision", state=state)
             total = pending.wait(host=True, max_sleep=LATENCY_POLL_S)
     return [float(v) for v in total.tolist()]
 
 
 class Agreement:
-    """global_sums over fixed groups; `groups` empty on one rank."""
+    """global_sums over fixed groups (`groups` empty on one rank), posted with the rank's `state`."""
 
-    def __init__(self, groups: Sequence = ()):
+    def __init__(self, groups: Sequence = (), state: RankState | None = None):
         self.groups = tuple(g for g in groups if g is not None)
+        self.state = state
 
     def __call__(self, local: torch.Tensor) -> list[float]:
-        return global_sums(local, self.groups)
+        return global_sums(local, self.groups, self.state)

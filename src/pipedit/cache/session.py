@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 
+from ..distributed.rank_state import RankState
 from ..errors import InvalidRequestError
 from .agree import Agreement
 from .hook import StepCache
@@ -16,11 +17,13 @@ from .state import CacheState
 
 class WorkerCache:
     """groups: the process groups the decision is agreed over (the SP group, then the CFG
-    peers); on_skip: called on every rank when a forward skips its tail (Aco's end marker)."""
+    peers); on_skip: called on every rank when a forward skips its tail (Aco's end marker);
+    state: the rank's RankState, for the agreement's all-reduces."""
 
-    def __init__(self, adapter, groups: Sequence = (), on_skip: Callable[[], None] | None = None):
+    def __init__(self, adapter, groups: Sequence = (), on_skip: Callable[[], None] | None = None,
+                 state: RankState | None = None):
         self.adapter = adapter
-        self.agreement = Agreement(groups)
+        self.agreement = Agreement(groups, state)
         self.on_skip = on_skip
         self.hook: StepCache | None = None
 

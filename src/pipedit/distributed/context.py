@@ -8,15 +8,20 @@ ulysses_rank, i.e. the same head shard.
 CFG parallel adds an outer dimension: `cfg_degree` SP worlds side by side, one per guidance
 branch, each over consecutive global ranks (branch g holds ranks[g*sp : (g+1)*sp]). The cfg
 group links the ranks with the same sp rank across branches (they exchange noise predictions).
+
+`state` is the rank's RankState (fault points, operation deadline), which the strategies hand to
+the collectives they post.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.distributed as dist
+
+from .rank_state import RankState
 
 ProcessGroup = dist.ProcessGroup
 
@@ -37,6 +42,7 @@ class ParallelContext:
     cfg_rank: int = 0  # which guidance branch this SP world computes
     cfg_degree: int = 1  # SP worlds side by side (2 with CFG parallel)
     cfg_group: ProcessGroup | None = None  # this sp rank's peers in the other branches
+    state: RankState = field(default_factory=RankState, compare=False)  # default: no faults, no deadline
 
     def __post_init__(self) -> None:
         _check_degrees(self.ulysses_degree, self.ring_degree, self.world_size)
@@ -72,6 +78,7 @@ class ParallelContext:
         ranks: Sequence[int] | None = None,
         device: str | torch.device | None = None,
         cfg_degree: int = 1,
+        state: RankState | None = None,
     ) -> ParallelContext | None:
         """Build the SP groups over `ranks` (global ranks, default: the whole default group),
         split into `cfg_degree` SP worlds of ulysses_degree * ring_degree ranks each.
@@ -118,6 +125,7 @@ class ParallelContext:
             cfg_rank=branch,
             cfg_degree=cfg_degree,
             cfg_group=cfg_group,
+            state=RankState() if state is None else state,
         )
 
 

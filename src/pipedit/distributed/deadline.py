@@ -7,7 +7,8 @@ never blocks) and calls work.wait() only once an op has completed, so no host th
 inside a wait; since work.wait() there only orders the caller's stream after the op while the
 host goes on issuing kernels (PipeSP's overlap depends on it), such ops are `watch`ed and
 `settle` checks them at the end of each rank call (step, Aco serve, timed forward). On gloo the
-host waits for every op anyway, with work.wait(timeout).
+host waits for every op anyway, with work.wait(timeout). Each rank holds one OpDeadline (in its
+RankState, see rank_state.py): its deadline and the ops it still has to check.
 
 Invariant (memory): what is watched is a completion marker (a CUDA event recorded on the caller's
 stream after work.wait()), never the Work: an NCCL Work holds its input and output tensors, so
@@ -25,14 +26,11 @@ import time
 from collections.abc import Sequence
 from datetime import timedelta
 
-_deadline_s: float | None = None  # None: no deadline (single-process use, benches)
 _FIRST_POLL_S = 0.0005  # first sleep between polls; it doubles up to
 POLL_MAX_S = 0.01
 # Waits on the critical path (an Aco helper waiting for the next request's header) poll at most
 # this long apart: a 10 ms sleep there would delay every attention call by ~5 ms on average.
 LATENCY_POLL_S = 0.0001
-_watched: list[tuple[float, object, str, tuple[int, ...]]] = []  # (posted at, marker, op, peers)
-_lock = threading.Lock()
 
 
 class CommunicationError(RuntimeError):
@@ -43,22 +41,12 @@ class OperationTimeout(CommunicationError):
     """A collective or P2P transfer did not complete within its deadline."""
 
 
-def set_op_deadline(seconds: float | None) -> None:
-    global _deadline_s
-    _deadline_s = seconds
-
-
-def op_deadline() -> float | None:
-    return _deadline_s
-
-
-def wait_all(works: Sequence, op: str, peers: Sequence[int], posted: float | None = None,
+def wait_all(works: Sequence, op: str, peers: Sequence[int], deadline: float | None, posted: float | None = None,
              poll: bool = False, max_sleep: float = POLL_MAX_S) -> None:
-    """Waits for every work handle on the host, or raises OperationTimeout once the deadline
-    (counted from `posted`, default now) passes. `poll`: NCCL works, whose is_completed() is a
-    non-blocking event query, polled at most `max_sleep` apart; otherwise (gloo, whose send/recv
-    works only complete inside wait) work.wait(timeout), which gloo honours."""
-    deadline = _deadline_s
+    """Waits for every work handle on the host, or raises OperationTimeout once `deadline` seconds
+    (counted from `posted`, default now; None: no deadline) pass. `poll`: NCCL works, whose
+    is_completed() is a non-blocking event query, polled at most `max_sleep` apart; otherwise
+    (gloo, whose send/recv works only complete inside wait) work.wait(timeout), which gloo honours."""
     if deadline is None or not works:
         for work in works:
             work.wait()
@@ -91,30 +79,36 @@ def _timeout(op: str, peers: Sequence[int], deadline: float) -> OperationTimeout
                             f"the {deadline:.1f} s operation deadline (a peer died or hangs)")
 
 
-def watching() -> bool:
-    """Whether device-side ops need a completion marker (a deadline is set)."""
-    return _deadline_s is not None
+class OpDeadline:
+    """One rank's per-operation deadline (`seconds`; None: none, as in single-process use and
+    benches) and the device-side ops it has not checked yet."""
 
+    def __init__(self, seconds: float | None = None):
+        self.seconds = seconds
+        self._watched: list[tuple[float, object, str, tuple[int, ...]]] = []  # (posted at, marker, op, peers)
+        self._lock = threading.Lock()
 
-def watch(marker, op: str, peers: Sequence[int], posted: float) -> None:
-    """A device-side op the host did not wait for, by its completion `marker` (anything with a
-    non-blocking .query(), e.g. a CUDA event recorded after the op): `settle` checks it later.
-    Never pass the Work itself (see the module's memory invariant)."""
-    if _deadline_s is not None:
-        with _lock:
-            _watched.append((posted, marker, op, tuple(peers)))
+    def watching(self) -> bool:
+        """Whether device-side ops need a completion marker (a deadline is set)."""
+        return self.seconds is not None
 
+    def watch(self, marker, op: str, peers: Sequence[int], posted: float) -> None:
+        """A device-side op the host did not wait for, by its completion `marker` (anything with a
+        non-blocking .query(), e.g. a CUDA event recorded after the op): `settle` checks it later.
+        Never pass the Work itself (see the module's memory invariant)."""
+        if self.seconds is not None:
+            with self._lock:
+                self._watched.append((posted, marker, op, tuple(peers)))
 
-def watched_count() -> int:
-    with _lock:
-        return len(_watched)
+    def watched_count(self) -> int:
+        with self._lock:
+            return len(self._watched)
 
-
-def settle() -> None:
-    """Raises OperationTimeout if a watched op has not completed within its deadline."""
-    with _lock:
-        watched, _watched[:] = list(_watched), []
-    deadline = _deadline_s
-    for posted, marker, op, peers in watched:
-        if deadline is not None:
-            _poll(marker.query, posted + deadline, op, peers, deadline, POLL_MAX_S)
+    def settle(self) -> None:
+        """Raises OperationTimeout if a watched op has not completed within the deadline."""
+        with self._lock:
+            watched, self._watched = self._watched, []
+        deadline = self.seconds
+        for posted, marker, op, peers in watched:
+            if deadline is not None:
+                _poll(marker.query, posted + deadline, op, peers, deadline, POLL_MAX_S)

@@ -17,24 +17,25 @@ from collections.abc import Sequence
 import torch
 import torch.distributed as dist
 
-from .. import faults
-from .collectives import Pending, ProcessGroup
+from .collectives import Pending, ProcessGroup, op_deadline
+from .rank_state import RankState
 
 Transfer = tuple[torch.Tensor, int]  # (tensor, peer's global rank)
 
 
 def post(sends: Sequence[Transfer] = (), recvs: Sequence[Transfer] = (),
-         group: ProcessGroup | None = None, op: str = "p2p") -> Pending[None]:
+         group: ProcessGroup | None = None, op: str = "p2p", state: RankState | None = None) -> Pending[None]:
     """Start the sends and receives (peers are global ranks); .wait() returns when all are done.
     Received tensors are filled in place; every tensor stays referenced until wait(). `op`
-    names the transfer in deadline errors (e.g. "latent handoff")."""
+    names the transfer in deadline errors (e.g. "latent handoff"); `state`: the posting rank's
+    (fault points, deadline; None: neither)."""
     ops = [dist.P2POp(dist.isend, tensor, peer, group) for tensor, peer in sends]
     ops += [dist.P2POp(dist.irecv, tensor, peer, group) for tensor, peer in recvs]
-    if ops:
-        faults.check(op="p2p")
+    if ops and state is not None:
+        state.faults.check(op="p2p")
     works = dist.batch_isend_irecv(ops) if ops else []
     peers = [peer for _, peer in (*sends, *recvs)]
-    return Pending(works, lambda: None, [tensor for tensor, _ in (*sends, *recvs)], op, peers)
+    return Pending(works, lambda: None, [tensor for tensor, _ in (*sends, *recvs)], op, peers, op_deadline(state))
 
 
 def exchange_async(
@@ -43,6 +44,7 @@ def exchange_async(
     recv: torch.Tensor | None,
     src: int,
     group: ProcessGroup | None,
+    state: RankState | None = None,
 ) -> Pending[torch.Tensor | None]:
     """Send `send` to global rank dst while receiving into `recv` from global rank src (ring step).
 
@@ -51,4 +53,4 @@ def exchange_async(
     """
     sends = [(send, dst)] if send is not None else []
     recvs = [(recv, src)] if recv is not None else []
-    return post(sends, recvs, group, op="ring K/V exchange").then(lambda _: recv)
+    return post(sends, recvs, group, op="ring K/V exchange", state=state).then(lambda _: recv)

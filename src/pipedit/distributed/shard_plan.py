@@ -50,7 +50,7 @@ def gather_sequence(tensor: torch.Tensor, dim: int, ctx: ParallelContext, sizes:
         pad_shape = list(tensor.shape)
         pad_shape[dim] = padding
         tensor = torch.cat([tensor, tensor.new_zeros(pad_shape)], dim=dim)
-    parts = all_gather_async(tensor, ctx.sp_group).wait()
+    parts = all_gather_async(tensor, ctx.sp_group, ctx.state).wait()
     return torch.cat([part.narrow(dim, 0, size) for part, size in zip(parts, sizes)], dim=dim)
 
 

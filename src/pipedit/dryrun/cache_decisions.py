@@ -21,10 +21,10 @@ def scripted_decisions() -> Iterator[dict[int, int]]:
     """Yields the decisions taken per rank."""
     original, taken = agree.global_sums, {}
 
-    def global_sums(local, groups):
+    def global_sums(local, groups, state=None):
         for group in groups:
             if group is not None:
-                local = agree.all_reduce_async(local, group, op="step cache decision").wait(host=True)
+                local = agree.all_reduce_async(local, group, op="step cache decision", state=state).wait(host=True)
         rank = dist.get_rank()
         taken[rank] = taken.get(rank, 0) + 1
         return list(COMPUTE if taken[rank] % 2 else SKIP)

@@ -23,7 +23,7 @@ import torch
 import torch.distributed as dist
 from torch._subclasses.fake_tensor import FakeTensorMode
 
-from ..distributed import collectives, deadline
+from ..distributed import collectives
 
 
 @contextlib.contextmanager
@@ -46,8 +46,6 @@ def rank_group(rank: int, world_size: int) -> Iterator[None]:
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
-        deadline.set_op_deadline(None)
-        deadline._watched.clear()  # noqa: SLF001 - a rank that failed mid-step leaves watched ops
 
 
 class _DoneMarker:

@@ -56,5 +56,5 @@ class CfgParallelPredictor:
             raise RuntimeError(f"the model gave {len(branches)} CFG branches for {self.ctx.cfg_degree} CFG groups")
         mine = self.adapter.predict_branches(latents, timestep, [branches[self.ctx.cfg_rank]])[0]
         # Every group receives the predictions in branch order, so the combination is identical.
-        preds = all_gather_async(mine.contiguous(), self.ctx.cfg_group).wait()
+        preds = all_gather_async(mine.contiguous(), self.ctx.cfg_group, self.ctx.state).wait()
         return self.adapter.combine_guidance(preds, guidance_scale)

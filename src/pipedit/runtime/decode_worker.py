@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import torch
 
-from .. import faults
 from ..adapter import attention_heads
 from ..attention.aco import AcoShape, plan_aco, serve_aco_calls
 from ..attention.kernels import AttentionKernel
-from ..distributed import deadline, p2p
+from ..distributed import p2p
 from ..distributed.deadline import CommunicationError
 from ..request import VideoRequest, VideoResult
 from .rank import RankWorker
@@ -28,9 +27,9 @@ class DecodeWorker(RankWorker):
     def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
         """Decodes the latents handed over through the object store, or receives them from
         denoise rank 0 (p2p handoff: `latents` is None)."""
-        faults.enter(phase="decode", prompt=request.prompt)
+        self.state.faults.enter(phase="decode", prompt=request.prompt)
         latents = self._handed(request, latents)
-        faults.check()
+        self.state.faults.check()
         frames = self.adapter.decode(latents.to(self.device))[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 
@@ -55,13 +54,13 @@ class DecodeWorker(RankWorker):
 
         group = self.decode_group
         lead = self.rank == group.lead
-        faults.enter(phase="decode", prompt=request.prompt)
+        self.state.faults.enter(phase="decode", prompt=request.prompt)
         if lead:
             latents = self._handed(request, latents)
         shape = self.adapter.latent_shape(request.shape)
         mode = self.adapter.decode_mode(shape) if lead else 0
         latents, mode = split_decode.share(latents.to(self.device) if lead else None, mode, shape, self.device, group)
-        faults.check()
+        self.state.faults.check()
         plan = self.adapter.split_plan(latents, mode, len(group.ranks))
         video = split_decode.decode_share(plan, group, self.device)
         if not lead:
@@ -75,7 +74,7 @@ class DecodeWorker(RankWorker):
             return latents
         received = torch.empty(self.adapter.latent_shape(request.shape), dtype=torch.float32, device=self.device)
         try:  # the form rank 0 sends in
-            p2p.post(recvs=[(received, 0)], op="latent handoff receive").wait(host=True)
+            p2p.post(recvs=[(received, 0)], op="latent handoff receive", state=self.state).wait(host=True)
         except Exception as error:  # rank 0's send may stay unmatched: not a clean failure
             raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
         return received
@@ -83,7 +82,7 @@ class DecodeWorker(RankWorker):
     def aco_serve(self, shape: AcoShape, calls: int) -> int:
         """Serve `calls` attention calls (one transformer forward) for the denoise ranks."""
         if self.aco_pairs:
-            faults.enter(phase="aco")
-            serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device)
-            deadline.settle()
+            self.state.faults.enter(phase="aco")
+            serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device, self.state)
+            self.state.deadline.settle()
         return len(self.aco_pairs)

@@ -19,7 +19,7 @@ from .cfg_parallel import check_cfg_capable
 from ..request import RequestFailure, VideoRequest, VideoResult
 from ..images import placeholder_for
 from .decode_budget import fix_decode_budget
-from .executor import create_executor
+from .executor import create_executor, fault_env
 from .layout import WorldLayout
 from .request_pipeline import EventCallback, Outcome, RequestPipeline
 from .sequence_parallel import check_parallel_config
@@ -49,6 +49,7 @@ class Engine:
         self.parallel = parallel
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self._model_path = model_path
+        self._fault_env = fault_env()  # one `once` folder for every rank group this engine starts
         self.needs_image = model_inputs(model_path, config.model.name).capabilities.needs_image  # image-to-video
         if self.layout.ring > 1 and not adapter_class.capabilities.ring:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
@@ -100,7 +101,7 @@ class Engine:
 
     def _start_group(self):
         """A new rank group, its decode ranks deciding decodes on one memory budget."""
-        executor = create_executor(self.config, self._model_path, self.layout)
+        executor = create_executor(self.config, self._model_path, self.layout, self._fault_env)
         try:
             limit = self.config.reliability.op_deadline_floor_s  # two quick calls per decode rank
             fix_decode_budget(self.layout.decode_ranks,

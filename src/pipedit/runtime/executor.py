@@ -3,6 +3,9 @@
 The engine and scheduler call `call(method, *args)` (every denoise rank, results in rank order)
 and `call_rank(rank, method, *args)`; a Ray executor also submits calls without waiting
 (decode ranks work while the denoise ranks go on).
+
+`fault_env`: the fault injection switch for the ranks (see `fault_env()`); the engine makes it
+once and hands the same one to every rank group it starts, so that they share one `once` folder.
 """
 
 from __future__ import annotations
@@ -23,14 +26,10 @@ from .ray_instance import ensure_ray, stop_ray
 from .rank_failure import RankGroupError, leaves_group_intact
 from .worker import DenoiseWorker
 
-_once_dir: str | None = None  # `once` fault markers, shared by every rank group this process starts
-
-
 class InProcessExecutor:
-    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
+    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout, fault_env: dict[str, str]):
         self.layout = layout
-        os.environ.update(_fault_env())  # this process is the rank: its `once` markers
-        self.worker = DenoiseWorker(config, layout)
+        self.worker = DenoiseWorker(config, layout, environment=fault_env)
         self.worker.setup(model_path)
 
     def call(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
@@ -51,7 +50,7 @@ class RayExecutor:
     placement group, or over parallel.nodes nodes by a STRICT_SPREAD group of one bundle per node
     (layout.py: which ranks share a node); torch.distributed over NCCL on GPUs, gloo on CPUs."""
 
-    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout):
+    def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout, fault_env: dict[str, str]):
         import ray
 
         self._ray = ray
@@ -60,7 +59,7 @@ class RayExecutor:
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
-        env = {"TOKENIZERS_PARALLELISM": "false", **_fault_env(), **_thread_env(layout.world_size)}
+        env = {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(layout.world_size)}
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         try:
@@ -185,16 +184,16 @@ def _now() -> float:
     return time.monotonic()
 
 
-def _fault_env() -> dict[str, str]:
-    """The fault injection switch, from this process's environment only, for the rank actors."""
-    global _once_dir
+def fault_env() -> dict[str, str]:
+    """The fault injection switch, from this process's environment only, for the ranks: with a new
+    `once` folder unless one is given (a folder every node shares, for rank groups over several
+    nodes)."""
     spec = os.environ.get(faults.ENV)
     if not spec:
         return {}
     faults.parse(spec)  # a typo fails the start, with the grammar's message
-    if _once_dir is None:  # given: a folder every node shares (rank groups over several nodes)
-        _once_dir = os.environ.get(faults.ONCE_DIR_ENV) or tempfile.mkdtemp(prefix="pipedit-faults-")
-    return {faults.ENV: spec, faults.ONCE_DIR_ENV: _once_dir}
+    once_dir = os.environ.get(faults.ONCE_DIR_ENV) or tempfile.mkdtemp(prefix="pipedit-faults-")
+    return {faults.ENV: spec, faults.ONCE_DIR_ENV: once_dir}
 
 
 def _thread_env(world_size: int) -> dict[str, str]:
@@ -257,7 +256,7 @@ def _own_group(layout: WorldLayout, use_gpu: bool):
     return group
 
 
-def create_executor(config: EngineConfig, model_path: str, layout: WorldLayout):
+def create_executor(config: EngineConfig, model_path: str, layout: WorldLayout, fault_env: dict[str, str]):
     if layout.world_size == 1:
-        return InProcessExecutor(config, model_path, layout)
-    return RayExecutor(config, model_path, layout)
+        return InProcessExecutor(config, model_path, layout, fault_env)
+    return RayExecutor(config, model_path, layout, fault_env)

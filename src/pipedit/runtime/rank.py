@@ -6,6 +6,7 @@ import contextlib
 import os
 import re
 import resource
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 
@@ -14,9 +15,9 @@ import torch
 from .. import faults
 from ..adapter import check_inputs, load_adapter
 from ..config import EngineConfig
-from ..distributed import deadline
 from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
+from ..distributed.rank_state import RankState
 from ..distributed.spawn import free_tcp_port
 from ..errors import UserInputError
 from ..guidance import guidance_applies
@@ -47,7 +48,10 @@ def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
 
 
 class RankWorker:
-    def __init__(self, config: EngineConfig, layout: WorldLayout, rank: int = 0):
+    def __init__(self, config: EngineConfig, layout: WorldLayout, rank: int = 0,
+                 environment: Mapping[str, str] | None = None):
+        """`environment`: where the fault injection switch is read (default: this process's, as the
+        executor sets it for its rank actors)."""
         self.config = config
         self.layout = layout
         self.rank = rank
@@ -57,14 +61,13 @@ class RankWorker:
         self.ctx: ParallelContext | None = None  # the SP context; None on decode ranks
         self.decode_group: DecodeGroup | None = None  # the decode ranks' group, for split decodes
         self._stream_for_encoding = None  # CUDA only, made at the first encode
-        faults.set_rank(rank)
-        if layout.world_size > 1:
-            deadline.set_op_deadline(config.reliability.op_deadline_floor_s)
+        floor = config.reliability.op_deadline_floor_s if layout.world_size > 1 else None
+        self.state = RankState.for_rank(rank, floor, os.environ if environment is None else environment)
 
     def set_op_deadline(self, seconds: float) -> None:
         """The per-operation deadline of this rank's collectives and transfers (the driver
         raises it as it measures slower steps)."""
-        deadline.set_op_deadline(seconds)
+        self.state.deadline.seconds = seconds
 
     def identity(self) -> tuple[str, str | None]:
         """(node, physical GPU or None): the executor refuses two ranks on one GPU before NCCL does."""
@@ -95,7 +98,7 @@ class RankWorker:
     def check_fault_folder(self) -> None:
         """Fault injection's `once` markers live in one folder that every rank must see (on several
         nodes: a shared folder, given as PIPEDIT_FAULTS_ONCE_DIR); fails the start naming the node."""
-        folder = os.environ.get(faults.ONCE_DIR_ENV)
+        folder = self.state.faults.once_dir
         if folder and not os.path.isdir(folder):
             import ray.util
 
@@ -126,10 +129,10 @@ class RankWorker:
             # Collective on every rank, decode ranks included (they get None back).
             self.ctx = ParallelContext.create(
                 self.layout.ulysses, self.layout.ring, ranks=self.layout.denoise_ranks, device=self.device,
-                cfg_degree=self.layout.cfg,
+                cfg_degree=self.layout.cfg, state=self.state,
             )
             # Collective too: every rank enters the decode group's creation, in this order.
-            self.decode_group = make_decode_group(self.layout.decode_ranks, self.layout.split_decode)
+            self.decode_group = make_decode_group(self.layout.decode_ranks, self.layout.split_decode, self.state)
         model = self.config.model
         self.adapter = load_adapter(model_path, parts=self.layout.parts(self.rank), device=self.device,
                                     dtype=model.torch_dtype(), vae_tiling=model.vae_tiling, model=model.name,
@@ -161,8 +164,8 @@ class RankWorker:
         self.adapter.validate(request.shape, request.steps)
         check_inputs(self.adapter, **request.field_values())
         resolve_loras(self.config.model, request)  # before any rank spends time on it
-        faults.enter(phase="encode", prompt=request.prompt)
-        faults.check()
+        self.state.faults.enter(phase="encode", prompt=request.prompt)
+        self.state.faults.check()
         with self._encode_stream():
             return {k: v.cpu() for k, v in encode_request(self.adapter, request).items()}
 

@@ -24,9 +24,9 @@ from typing import Protocol
 import torch
 import torch.distributed as dist
 
-from .. import faults
 from ..distributed import p2p
 from ..distributed.collectives import Pending, ProcessGroup
+from ..distributed.rank_state import RankState
 
 
 class SplitPlan(Protocol):
@@ -47,23 +47,25 @@ class SplitPlan(Protocol):
 
 @dataclass(frozen=True)
 class DecodeGroup:
-    """The decode ranks (global ranks, the lead first) and their process group."""
+    """The decode ranks (global ranks, the lead first), their process group, and this rank's
+    state (fault points, operation deadline) for the group's transfers."""
 
     ranks: tuple[int, ...]
     group: ProcessGroup
+    state: RankState
 
     @property
     def lead(self) -> int:
         return self.ranks[0]
 
 
-def make_decode_group(decode_ranks: tuple[int, ...], enabled: bool) -> DecodeGroup | None:
+def make_decode_group(decode_ranks: tuple[int, ...], enabled: bool, state: RankState) -> DecodeGroup | None:
     """Collective on EVERY rank of the world (dist.new_group must be entered by all ranks in the
     same order), also those outside the group; None where splits are off or there is one rank."""
     if not enabled or len(decode_ranks) < 2:
         return None
     group = dist.new_group(list(decode_ranks))
-    return DecodeGroup(tuple(decode_ranks), group)
+    return DecodeGroup(tuple(decode_ranks), group, state)
 
 
 def assign(costs: list[float], parts: int) -> list[int]:
@@ -80,9 +82,9 @@ def assign(costs: list[float], parts: int) -> list[int]:
 
 def broadcast(tensor: torch.Tensor, group: DecodeGroup, op: str) -> Pending[torch.Tensor]:
     """The lead's `tensor` into everyone's (in place), under the operation deadline."""
-    faults.check(op="broadcast")
+    group.state.faults.check(op="broadcast")
     work = dist.broadcast(tensor, src=group.lead, group=group.group, async_op=True)
-    return Pending([work], lambda: tensor, (tensor,), op, group.ranks)
+    return Pending([work], lambda: tensor, (tensor,), op, group.ranks, group.state.deadline)
 
 
 def share(latents: torch.Tensor | None, mode: int, shape: tuple[int, ...], device: torch.device,
@@ -104,10 +106,10 @@ def decode_share(plan: SplitPlan, group: DecodeGroup, device: torch.device) -> t
     mine = {unit: plan.decode_unit(unit) for unit, owner in enumerate(owners) if owner == me}
     if me != group.lead:
         sends = [(mine[unit].contiguous(), group.lead) for unit in sorted(mine)]
-        p2p.post(sends=sends, op="split decode gather send").wait(host=True)
+        p2p.post(sends=sends, op="split decode gather send", state=group.state).wait(host=True)
         return None
     theirs = {unit: torch.empty(plan.output_shape(unit), dtype=plan.dtype, device=device)
               for unit, owner in enumerate(owners) if owner != me}
     recvs = [(theirs[unit], owners[unit]) for unit in sorted(theirs)]  # per peer: in unit order
-    p2p.post(recvs=recvs, op="split decode gather receive").wait(host=True)
+    p2p.post(recvs=recvs, op="split decode gather receive", state=group.state).wait(host=True)
     return plan.assemble([mine[unit] if unit in mine else theirs[unit] for unit in range(len(owners))])

@@ -10,10 +10,9 @@ import time
 
 import torch
 
-from .. import faults
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
-from ..distributed import deadline, p2p
+from ..distributed import p2p
 from ..lora.slots import SlotLoras
 from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
@@ -49,7 +48,7 @@ class DenoiseWorker(RankWorker):
         # Step caching agrees its decisions over every denoise rank; Aco helpers hear of skips.
         on_skip = self.sp.strategy.end_forward if self.sp is not None and self.sp.aco_capable else None
         groups = (self.ctx.sp_group, self.ctx.cfg_group) if self.ctx is not None else ()
-        self.cache = WorkerCache(self.adapter, groups, on_skip)
+        self.cache = WorkerCache(self.adapter, groups, on_skip, self.state)
 
     def num_heads(self) -> int:
         return self.adapter.num_heads
@@ -112,13 +111,13 @@ class DenoiseWorker(RankWorker):
         return self.job.total_steps
 
     def step(self, aco: bool = False) -> int:
-        faults.enter(phase="denoise", step=self.job.steps_done, aco=aco, prompt=self.job.request.prompt)
-        faults.check()
+        self.state.faults.enter(phase="denoise", step=self.job.steps_done, aco=aco, prompt=self.job.request.prompt)
+        self.state.faults.check()
         self._set_aco(aco)
         try:
             with self.cache.running(self.job.cache):
                 self.job.step(self.adapter)
-            deadline.settle()  # device-side ops of this step completed in time
+            self.state.deadline.settle()  # device-side ops of this step completed in time
         finally:
             self._set_aco(False)
         return self.job.steps_done
@@ -158,7 +157,7 @@ class DenoiseWorker(RankWorker):
             if job.latents.is_cuda:
                 torch.cuda.synchronize()
             elapsed = time.perf_counter() - start
-            deadline.settle()  # as a step does: a timed forward's ops are checked, then forgotten
+            self.state.deadline.settle()  # as a step does: a timed forward's ops are checked, then forgotten
             return elapsed
         finally:
             self._set_aco(False)
@@ -177,13 +176,14 @@ class DenoiseWorker(RankWorker):
             return None
         latents = job.latents.float()
         if self.layout.decode == 0:
-            faults.enter(phase="decode", prompt=job.request.prompt)
-            faults.check()
+            self.state.faults.enter(phase="decode", prompt=job.request.prompt)
+            self.state.faults.check()
             frames = (self._decode_offloaded if self.offload_idle else self.adapter.decode)(job.latents)[0].cpu()
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
             self._wait_send()
-            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)], op="latent handoff send")
+            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)], op="latent handoff send",
+                                          state=self.state)
             return None
         return latents.cpu()
 
