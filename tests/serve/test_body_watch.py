@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from starlette.datastructures import Headers
 
-from pipedit.serve.body import BodyWatch
-from pipedit.serve.errors import ApiError
+from pipedit.serve.http.body import BodyWatch
+from pipedit.serve.contract.errors import ApiError
 
 
 def _run(headers: dict, incoming: list[dict], app_reads: int = 0, timeout_s: float = 30.0):

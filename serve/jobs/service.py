@@ -29,12 +29,13 @@ from pipedit.lora.spec import NO_LORAS, LoraOffer
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine_loop import EngineLoop
 
+from ..contract.errors import ApiError, not_found, storage_full
+from ..contract.options import create_options
+from ..contract.params import ServiceLimits, ShapeValidator, request_values, resolve
+from ..contract.schemas import Video, VideoCreateParams, VideoDeleted, VideoList
 from .admission import Admission, client_of
 from .dispatcher import Dispatcher
-from .errors import ApiError, not_found, storage_full
-from .options import create_options
-from .params import ServiceLimits, ShapeValidator, request_values, resolve
-from .schemas import Video, VideoCreateParams, VideoDeleted, VideoList
+from .events import EventHub
 from .store import UNFINISHED, JobRecord, JobStore
 from .sweeper import FileSweeper
 from .views import to_video
@@ -75,6 +76,9 @@ class JobService:
         self.dispatcher = Dispatcher(engine, store, self.owner, lease_s=lease_s, max_attempts=self.max_attempts,
                                      admission=self.admission, sweeper=self.sweeper, request_of=self._request_of,
                                      lock=lock)
+        # The /events streams' one watcher and their caps (the limits' event-stream fields);
+        # replace it before the first stream opens to set other limits.
+        self.events = EventHub.for_service(self)
         self.dispatcher.start()
 
     # -- the API --------------------------------------------------------------------------

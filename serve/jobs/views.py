@@ -10,7 +10,7 @@ from typing import Any
 
 from pipedit.request import RequestEvent, RequestStatus
 
-from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
+from ..contract.schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
 from .store import UNREADABLE, JobRecord
 
 _log = logging.getLogger(__name__)

@@ -24,10 +24,10 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .admission import EVERYONE, Caller, client_of
+from ..contract.errors import ApiError, storage_full
+from ..jobs.admission import EVERYONE, Caller, client_of
+from ..jobs.store_locks import is_full
 from .body import BodyWatch
-from .errors import ApiError, storage_full
-from .store_locks import is_full
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2

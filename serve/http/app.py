@@ -12,18 +12,19 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from sqlalchemy.exc import IntegrityError
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from .access import VideoAccess
-from .admission import Caller
-from .errors import ApiError
+from ..contract import reference
+from ..contract.errors import ApiError
+from ..contract.params import bad_text
+from ..contract.schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
+from ..jobs.access import VideoAccess
+from ..jobs.admission import Caller
+from ..jobs.service import JobService
+from . import idempotency, lora_form
 from .downloads import video_response
-from .events import event_stream
-from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
-                          is_loopback, unreadable_form)
-from . import idempotency, lora_form, reference
+from .errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
+                     is_loopback, unreadable_form)
+from .event_stream import event_stream
 from .headers import SecurityHeaders, add_docs
-from .jobs import JobService
-from .params import bad_text
-from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
 _ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 429, 503)}

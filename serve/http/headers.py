@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# The page (serve/static) loads only its own files; picked images and keyed downloads play as blob:
+# The page (http/static) loads only its own files; picked images and keyed downloads play as blob:
 # URLs. frame-ancestors 'none' and X-Frame-Options DENY (older browsers) forbid framing it.
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
                "media-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
