@@ -1,6 +1,6 @@
 """The FastAPI app: OpenAI's video routes (/v1/videos...) over a JobService, plus /healthz.
-A thin shim: every decision is the service's (who may see a job: access.VideoAccess; what every
-request must pass first: http_errors.RequestGuard); this module only maps HTTP to its methods."""
+A thin shim: every decision is the service's (who may see a job: jobs/access.py's VideoAccess;
+what every request must pass first: errors.RequestGuard); this module only maps HTTP to its methods."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *
 def guarded_app(limits, host: str | None, allowed_hosts, *, docs: bool = False) -> FastAPI:
     """A FastAPI app with pipedit's error bodies, request guard (Host names, cross-site writes,
     body caps and timeouts from `limits`, a ServiceLimits) and security headers: the API's, and the
-    /healthz front's (health_front.py)."""
+    /healthz front's (ray_app/health_front.py)."""
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
                   default_response_class=SafeJSONResponse, docs_url=None, redoc_url=None)
     if docs:

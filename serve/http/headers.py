@@ -21,8 +21,8 @@ DOCS_PATH = "/docs"
 DOCS_POLICY = (f"default-src 'self'; script-src 'self' 'unsafe-inline' {SWAGGER_UI}/; style-src 'self' "
                f"{SWAGGER_UI}/; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
                f"frame-ancestors 'none'")
-_FIXED = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
-          (b"referrer-policy", b"no-referrer")]
+_FIXED = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+          (b"referrer-policy", b"no-referrer"))
 
 
 class SecurityHeaders:

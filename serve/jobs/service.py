@@ -86,7 +86,7 @@ class JobService:
                job_id: str | None = None, request_digest: str | None = None) -> Video:
         """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full.
         `image`: the input_reference's encoded bytes (image-to-video), stored with the job.
-        `job_id`, `request_digest`: an idempotent create's (see idempotency.py); the store refuses
+        `job_id`, `request_digest`: an idempotent create's (see http/idempotency.py); the store refuses
         a second row with that id (sqlalchemy IntegrityError)."""
         settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image, self.loras)
         if not self.healthy():

@@ -9,7 +9,7 @@ cluster), so the proxy always reaches it; the front asks a replica through a dep
 with a deadline, and past the deadline answers from Serve's own count of running replicas (read
 in the background, at most COUNT_EVERY_S old).
 
-The answer (api.health_reply): a replica's own health (ok | degraded | down, with its reason);
+The answer (http/app.py's health_reply): a replica's own health (ok | degraded | down, with its reason);
 degraded when fewer replicas run than serve.num_replicas, or when no replica answered in time
 while some run; down (503) when none runs.
 """
