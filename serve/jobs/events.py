@@ -4,8 +4,9 @@ jobs and fans every change out to all the open streams.
 A stream used to read the store every 100 ms in a thread-pool thread of its own, so a few hundred
 streams on one queued job filled the replica's max_ongoing_requests and starved /healthz. Now:
 
-- The watcher (an asyncio task, one per job service) reads each watched job once per tick
-  (POLL_S), however many streams follow it, all in one worker-thread call. Engine events of the
+- The watcher (an asyncio task of the job service's own hub, JobService.events; the route's
+  response: http/event_stream.py) reads each watched job once per tick (POLL_S), however many
+  streams follow it, all in one worker-thread call. Engine events of the
   replica's own jobs (the service has written their row when the listener runs) wake it early,
   never sooner than MIN_GAP_S after the previous read. The store stays the truth across replicas:
   a job that another replica runs is seen at the next tick.

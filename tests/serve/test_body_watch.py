@@ -1,4 +1,4 @@
-"""serve.body.BodyWatch without a socket: what an answer that begins before the body is complete
+"""serve.http.body.BodyWatch without a socket: what an answer that begins before the body is complete
 does (Connection: close, the rest read before the answer ends), and when it must not wait."""
 
 import asyncio
