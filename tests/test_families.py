@@ -159,9 +159,9 @@ def test_importing_the_registry_imports_no_model_code():
 
 
 def test_the_api_validates_for_a_registered_family_and_refuses_what_it_lacks(toy, tmp_path):
-    from pipedit.serve.errors import ApiError
-    from pipedit.serve.params import ServiceLimits, resolve
-    from pipedit.serve.schemas import VideoCreateParams
+    from pipedit.serve.contract.errors import ApiError
+    from pipedit.serve.contract.params import ServiceLimits, resolve
+    from pipedit.serve.contract.schemas import VideoCreateParams
 
     validate = shape_validator(_checkpoint(tmp_path / "toy", "ToyVideoPipeline"))
 

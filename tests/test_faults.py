@@ -85,7 +85,7 @@ def test_off_by_default(monkeypatch):
 def test_the_switch_travels_from_the_server_environment_to_replicas_and_ranks(monkeypatch):
     from pipedit.config import EngineConfig, ParallelConfig
     from pipedit.runtime.executor import fault_env
-    from pipedit.serve.deployment import deployment_options
+    from pipedit.serve.ray_app.deployment import deployment_options
 
     config = EngineConfig(parallel=ParallelConfig(ulysses=2))
     monkeypatch.delenv(faults.ENV, raising=False)

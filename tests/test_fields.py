@@ -20,11 +20,11 @@ from pipedit.fields import FIELD_MODULES_ENV, FIELDS, GenerationField, api_field
 from pipedit.lora.spec import LoraOffer, LoraSpec
 from pipedit.render.prompts import line_keys, read_lines
 from pipedit.request import VideoRequest
-from pipedit.serve import reference
-from pipedit.serve.errors import ApiError
-from pipedit.serve.options import create_options
-from pipedit.serve.params import ServiceLimits, resolve
-from pipedit.serve.schemas import create_params_model, extras_model
+from pipedit.serve.contract import reference
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.contract.options import create_options
+from pipedit.serve.contract.params import ServiceLimits, resolve
+from pipedit.serve.contract.schemas import create_params_model, extras_model
 
 EVERYTHING = Capabilities(negative_prompt=True, image=True, guidance_scale_2=True, flow_shift=True)
 ONE_ADAPTER = LoraOffer((("style", LoraSpec("style.safetensors", 0.8)),), 2)  # the form offers loras then

@@ -14,12 +14,12 @@ from pipedit.errors import UserInputError
 from pipedit.render.prompts import read_lines, settings_key
 from pipedit.request import VideoRequest
 from pipedit.sampling import SamplingParams, scheduler_for, shift_parameter
-from pipedit.serve.errors import ApiError
-from pipedit.serve.options import create_options
-from pipedit.serve.params import ServiceLimits, request_values, resolve
-from pipedit.serve.schemas import create_params_model
-from pipedit.serve.store import JobRecord
-from pipedit.serve.views import to_video
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.contract.options import create_options
+from pipedit.serve.contract.params import ServiceLimits, request_values, resolve
+from pipedit.serve.contract.schemas import create_params_model
+from pipedit.serve.jobs.store import JobRecord
+from pipedit.serve.jobs.views import to_video
 
 
 @pytest.mark.parametrize("value", [0.0, -2.5])  # a zero shift maps every sigma to 0

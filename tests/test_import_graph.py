@@ -107,3 +107,46 @@ def test_every_package_is_listed_in_pyproject():
     listed = set(tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
     found = {name for name, path in _modules().items() if path.name == "__init__.py"}
     assert found - listed == set()
+
+
+# pipedit.serve's layers, bottom first: a module may import its own layer and the ones before it.
+SERVE_LAYERS = ("contract", "jobs", "http", "ray_app")
+# The modules of pipedit.serve itself: import paths Ray is given by name, above every layer.
+SERVE_ENTRY_POINTS = ("pipedit.serve.deployment", "pipedit.serve.header_timeout")
+
+
+def serve_layer(module: str) -> int | None:
+    """The module's layer (its index in SERVE_LAYERS; pipedit.serve's own modules are above all of
+    them); None outside pipedit.serve."""
+    parts = module.split(".")
+    if parts[:2] != ["pipedit", "serve"]:
+        return None
+    return SERVE_LAYERS.index(parts[2]) if len(parts) > 2 and parts[2] in SERVE_LAYERS else len(SERVE_LAYERS)
+
+
+def upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """{module: the modules of higher serve layers it imports}, for the modules that import any."""
+    found = {}
+    for module, targets in graph.items():
+        layer = serve_layer(module)
+        higher = sorted(t for t in targets if layer is not None and (serve_layer(t) or 0) > layer)
+        if higher:
+            found[module] = higher
+    return found
+
+
+def test_the_layer_check_finds_an_upward_import():
+    graph = {"pipedit.serve.jobs.store": {"pipedit.serve.http.app", "pipedit.serve.contract.errors"},
+             "pipedit.serve.http.app": {"pipedit.serve.jobs.store"}, "pipedit.serve.deployment": {"pipedit.serve.ray_app.x"},
+             "pipedit.config": {"pipedit.serve.http.app"}}
+    assert upward_imports(graph) == {"pipedit.serve.jobs.store": ["pipedit.serve.http.app"]}
+
+
+def test_serve_layers_import_downwards_only():
+    assert upward_imports(import_graph()) == {}
+
+
+def test_every_serve_module_is_in_a_layer():
+    """A new module of pipedit.serve goes into the layer that fits what it imports (or is an entry point)."""
+    flat = {name for name in import_graph() if serve_layer(name) == len(SERVE_LAYERS)}
+    assert flat - {"pipedit.serve"} == set(SERVE_ENTRY_POINTS)

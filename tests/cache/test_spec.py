@@ -48,10 +48,10 @@ def test_teacache_accumulates_rescaled_distances_and_always_computes_first_and_l
 
 
 def test_cli_flag_and_api_field_name_the_allowed_forms(capsys):
-    from pipedit.serve.errors import ApiError
-    from pipedit.serve.params import ServiceLimits
-    from pipedit.serve.params import resolve as resolve_params
-    from pipedit.serve.schemas import VideoCreateParams
+    from pipedit.serve.contract.errors import ApiError
+    from pipedit.serve.contract.params import ServiceLimits
+    from pipedit.serve.contract.params import resolve as resolve_params
+    from pipedit.serve.contract.schemas import VideoCreateParams
 
     from pipedit.cli import main
 
@@ -70,10 +70,10 @@ def test_cli_flag_and_api_field_name_the_allowed_forms(capsys):
 def test_the_api_refuses_teacache_for_a_family_without_coefficients():
     """The server checks the cache against the served model's family (its shape validator is the
     adapter's bound method), so the job is refused with 400 instead of failing in the engine."""
-    from pipedit.serve.errors import ApiError
-    from pipedit.serve.params import ServiceLimits
-    from pipedit.serve.params import resolve as resolve_params
-    from pipedit.serve.schemas import VideoCreateParams
+    from pipedit.serve.contract.errors import ApiError
+    from pipedit.serve.contract.params import ServiceLimits
+    from pipedit.serve.contract.params import resolve as resolve_params
+    from pipedit.serve.contract.schemas import VideoCreateParams
 
     class Adapter:
         def __init__(self, family):

@@ -14,7 +14,7 @@ import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig, ServeConfig
 from pipedit.distributed.spawn import free_tcp_port
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.store import JobStore
 
 pytestmark = pytest.mark.slow  # a cluster of three nodes, end-to-end runs
 JOB = {"size": "32x32", "num_frames": 5, "num_inference_steps": 20}
@@ -60,9 +60,9 @@ def _replica_nodes() -> dict[str, str]:
 def served(cluster, demo_checkpoint, tmp_path_factory):
     from ray import serve
 
-    from pipedit.serve.deployment import replica_bundles, spreads
-    from pipedit.serve.launch import run_applications
-    from pipedit.serve.placement import check_placement, cluster_nodes, replica_demand
+    from pipedit.serve.ray_app.deployment import replica_bundles, spreads
+    from pipedit.serve.ray_app.launch import run_applications
+    from pipedit.serve.ray_app.placement import check_placement, cluster_nodes, replica_demand
 
     data = tmp_path_factory.mktemp("cluster-data")  # every node of this test cluster shares the disk
     port = free_tcp_port()
@@ -141,7 +141,7 @@ def _reason(url: str) -> str:
 def _running_replicas() -> int:
     from ray import serve
 
-    from pipedit.serve.deployment import APP_NAME
+    from pipedit.serve.ray_app.deployment import APP_NAME
 
     status = serve.status().applications.get(APP_NAME)
     return 0 if status is None else status.deployments["PipeditServer"].replica_states.get("RUNNING", 0)

@@ -50,10 +50,10 @@ def _done(url: str, job: dict, deadline: float, every=None) -> dict:
 def test_a_replica_over_two_nodes_serves_a_job_and_survives_losing_one(cluster, demo_checkpoint, tmp_path):
     from ray import serve
 
-    from pipedit.serve import data_folder
-    from pipedit.serve.deployment import replica_bundles, spreads
-    from pipedit.serve.launch import run_applications
-    from pipedit.serve.placement import check_placement, cluster_nodes, replica_demand
+    from pipedit.serve.ray_app import data_folder
+    from pipedit.serve.ray_app.deployment import replica_bundles, spreads
+    from pipedit.serve.ray_app.launch import run_applications
+    from pipedit.serve.ray_app.placement import check_placement, cluster_nodes, replica_demand
 
     port = free_tcp_port()
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)),

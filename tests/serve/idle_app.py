@@ -9,10 +9,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from pipedit.config import GenerationDefaults
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import IdleEngine, Running, serve_in_thread
 
 

@@ -11,9 +11,9 @@ import torch
 
 from pipedit.config import GenerationDefaults
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus, VideoResult
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 
 TINY = GenerationDefaults(height=8, width=8, num_frames=5, steps=1)
 

@@ -16,11 +16,11 @@ import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
 from pipedit.adapter import shape_validator
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 
 MODEL = "hunyuan-demo"
 HEADER_TIMEOUT_S = 2.0  # serve.header_timeout_s of every test server (the protocol Serve's proxy gets)
@@ -71,7 +71,7 @@ def serve_in_thread(app) -> tuple[str, callable]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    from pipedit.serve.header_timeout import protocol_class
+    from pipedit.serve.http.header_timeout import protocol_class
 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
                                            http=protocol_class(HEADER_TIMEOUT_S)))

@@ -3,7 +3,7 @@
 import pytest
 
 from serve_helpers import SMALL, call, start, wait_status
-from pipedit.serve.params import ServiceLimits
+from pipedit.serve.contract.params import ServiceLimits
 
 
 def _error(reply, status, param=None, code=None):

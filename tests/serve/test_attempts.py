@@ -9,8 +9,8 @@ from pipedit.errors import InvalidRequestError
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.runtime.rank_failure import RankGroupError, is_request_error, leaves_group_intact
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import JobRecord
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import JobRecord
 from job_engines import FakeEngine, InstantEngine, service_on
 from serve_helpers import wait_for
 

@@ -5,13 +5,13 @@ import pytest
 
 from pipedit.config import GenerationDefaults, ServeConfig
 from pipedit.errors import UserInputError
-from pipedit.serve.admission import DEFAULT_RETRY_AFTER_S, Admission
-from pipedit.serve.api import build_app
-from pipedit.serve.errors import ApiError
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits, resolve
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.admission import DEFAULT_RETRY_AFTER_S, Admission
+from pipedit.serve.http.app import build_app
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits, resolve
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import SMALL, IdleEngine, call, serve_in_thread
 
 

@@ -1,4 +1,4 @@
-"""serve.body.BodyWatch without a socket: what an answer that begins before the body is complete
+"""serve.http.body.BodyWatch without a socket: what an answer that begins before the body is complete
 does (Connection: close, the rest read before the answer ends), and when it must not wait."""
 
 import asyncio
@@ -6,8 +6,8 @@ import asyncio
 import pytest
 from starlette.datastructures import Headers
 
-from pipedit.serve.body import BodyWatch
-from pipedit.serve.errors import ApiError
+from pipedit.serve.http.body import BodyWatch
+from pipedit.serve.contract.errors import ApiError
 
 
 def _run(headers: dict, incoming: list[dict], app_reads: int = 0, timeout_s: float = 30.0):

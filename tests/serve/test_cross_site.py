@@ -116,8 +116,8 @@ def test_page_and_api_answers_forbid_framing_and_sniffing(app):
 
 
 def test_docs_are_off_by_default_and_pinned_when_on(app):
-    from pipedit.serve.api import build_app
-    from pipedit.serve.headers import SWAGGER_UI
+    from pipedit.serve.http.app import build_app
+    from pipedit.serve.http.headers import SWAGGER_UI
     from idle_app import asgi_request
 
     # Swagger UI loads its script from a CDN on the origin where the page keeps the API key: off.

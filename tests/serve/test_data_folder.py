@@ -4,7 +4,7 @@ mount would write videos nobody else can serve)."""
 import pytest
 
 from pipedit.errors import UserInputError
-from pipedit.serve import data_folder
+from pipedit.serve.ray_app import data_folder
 
 
 def test_a_replica_without_the_shared_folder_fails_naming_node_and_path(tmp_path, monkeypatch):
@@ -30,7 +30,7 @@ def test_the_mark_goes_to_the_replicas_only():
     import os
 
     from pipedit.config import EngineConfig
-    from pipedit.serve.deployment import deployment_options
+    from pipedit.serve.ray_app.deployment import deployment_options
 
     options = deployment_options(EngineConfig(), data_mark="abc")
     assert options["ray_actor_options"]["runtime_env"]["env_vars"] == {data_folder.ENV: "abc"}

@@ -8,7 +8,7 @@ import torch
 
 from pipedit.request import RequestEvent, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.contract.schemas import VideoCreateParams
 from job_engines import FakeEngine, service_on
 from serve_helpers import wait_for
 

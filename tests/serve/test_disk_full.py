@@ -15,10 +15,10 @@ import torch
 from sqlalchemy import event
 
 import pipedit.video as video
-from pipedit.serve import jobs
-from pipedit.serve.api import build_app
-from pipedit.serve.errors import ApiError
-from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.jobs import service as jobs
+from pipedit.serve.http.app import build_app
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.contract.schemas import VideoCreateParams
 from pipedit.video import VideoWriteError, read_mp4, write_mp4
 from job_engines import GatedEngine, InstantEngine, service_on
 from serve_helpers import call, serve_in_thread, wait_for

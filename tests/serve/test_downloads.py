@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from pipedit.serve.api import build_app
+from pipedit.serve.http.app import build_app
 from idle_app import asgi_request, start_idle
 
 MP4 = b"\0\0\0\x18ftypmp42" + os.urandom(700_000)  # several chunks
@@ -23,7 +23,7 @@ def idle(tmp_path_factory):
 
 def _finished(service) -> str:
     """A completed job with an mp4 (the idle engine makes none)."""
-    from pipedit.serve.schemas import VideoCreateParams
+    from pipedit.serve.contract.schemas import VideoCreateParams
 
     video_id = service.create(VideoCreateParams(prompt="a fox")).id
     (service.videos_dir / f"{video_id}.mp4").write_bytes(MP4)

@@ -14,11 +14,11 @@ import aiohttp
 import pytest
 
 from pipedit.config import GenerationDefaults
-from pipedit.serve.api import build_app
-from pipedit.serve.events import EventHub, hub_for, set_hub
-from pipedit.serve.http_errors import bearer_token
-from pipedit.serve.jobs import JobService
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.events import EventHub
+from pipedit.serve.http.errors import bearer_token
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import SMALL, IdleEngine, call, serve_in_thread, wait_for
 
 KEYS = ("key-a", "key-b", "key-c")
@@ -34,7 +34,7 @@ def serve_streams(tmp_path):
     def open_(api_keys=(), **options):
         service = JobService(IdleEngine(), JobStore.in_folder(tmp_path / str(len(opened))), tmp_path, "demo",
                              GenerationDefaults(64, 64, 5, 2))
-        hub = set_hub(service, EventHub.for_service(service, **options))
+        hub = service.events = EventHub.for_service(service, **options)
         url, stop = serve_in_thread(build_app(service, api_keys))
         opened.append((service, stop))
         return url, service, hub
@@ -221,9 +221,8 @@ def test_a_deleted_job_ends_its_streams_with_an_error_event(serve_streams):
 def test_the_default_hub_takes_servecfg_limits(tmp_path):
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo", GenerationDefaults(64, 64, 5, 2))
     try:
-        hub = hub_for(service)
+        hub = service.events
         assert (hub.max_streams, hub.max_streams_per_key, hub.max_s) == (128, 8, 300.0)
-        assert hub_for(service) is hub
     finally:
         service.close()
         service.store.close()
@@ -263,7 +262,7 @@ def test_engine_events_of_a_watched_job_wake_the_watcher():
 
 
 def _video(video_id, progress):
-    from pipedit.serve.schemas import Video
+    from pipedit.serve.contract.schemas import Video
 
     return Video.model_validate({
         "id": video_id, "model": "demo", "status": "in_progress", "progress": progress, "created_at": 0,

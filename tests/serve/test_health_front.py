@@ -9,7 +9,7 @@ from types import SimpleNamespace
 from fastapi.testclient import TestClient
 
 from pipedit.config import EngineConfig, ServeConfig
-from pipedit.serve.health_front import COUNT_EVERY_S, REPLICA_DEADLINE_S, HealthFront, ReplicaCount, front_answer
+from pipedit.serve.ray_app.health_front import COUNT_EVERY_S, REPLICA_DEADLINE_S, HealthFront, ReplicaCount, front_answer
 
 
 def test_the_answer_from_a_replica_and_the_count():

@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from idle_app import raw_request, start_idle
 from serve_helpers import call
 

@@ -14,9 +14,9 @@ from openai_sdk import run_client
 from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.jobs.store import JobStore
 from pipedit.video import read_mp4
 from serve_helpers import Running, call, serve_in_thread
 

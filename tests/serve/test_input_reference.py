@@ -12,10 +12,10 @@ from image_inputs import ImageModel, data_url, image_bytes, multipart, png_heade
 from idle_app import raw_request
 from pipedit.fields import IMAGE_MODELS
 from pipedit.config import GenerationDefaults
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from serve_helpers import IdleEngine, Running, call, serve_in_thread, wait_for
 
 UPLOAD_CAP = 64 << 10
@@ -261,7 +261,8 @@ def test_a_job_whose_image_is_lost_fails_instead_of_running_without_it(tmp_path)
 def test_a_full_queue_is_answered_before_the_upload_is_read_or_decoded(tmp_path, monkeypatch):
     # The review: with a key's queue full, a 4096x4096 16-bit PNG was decoded (1.31 s, +300 MB for
     # three) before the 429. Scaled down: the image must not be decoded at all, nor the body parsed.
-    from pipedit.serve import api, params
+    from pipedit.serve.contract import params
+    from pipedit.serve.http import app as api
     from idle_app import asgi_request
 
     decoded, parsed = [], []

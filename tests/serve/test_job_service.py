@@ -4,11 +4,11 @@ import threading
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.service import open_service
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.from_config import open_service
+from pipedit.serve.jobs.store import JobStore
 from pipedit.video import read_mp4
 from serve_helpers import wait_for
 

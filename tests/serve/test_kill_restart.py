@@ -15,8 +15,8 @@ from serve_helpers import SMALL, call, wait_status
 _SERVER = """
 import sys, uvicorn
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
-from pipedit.serve.api import build_app
-from pipedit.serve.service import open_service
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.from_config import open_service
 config = EngineConfig(model=ModelConfig(path=sys.argv[1]), generation=GenerationDefaults(height=64, width=64, num_frames=5, steps=2))
 service = open_service(config, sys.argv[2], model_name="hunyuan-demo")
 uvicorn.run(build_app(service), host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from pipedit.cli import main
-from pipedit.serve.params import ServiceLimits
+from pipedit.serve.contract.params import ServiceLimits
 from serve_helpers import start
 
 
@@ -40,9 +40,9 @@ def test_load_refuses_a_remote_endpoint_and_bad_counts(capsys):
 @pytest.fixture
 def idle_server(tmp_path):
     from pipedit.config import GenerationDefaults
-    from pipedit.serve.api import build_app
-    from pipedit.serve.jobs import JobService
-    from pipedit.serve.store import JobStore
+    from pipedit.serve.http.app import build_app
+    from pipedit.serve.jobs.service import JobService
+    from pipedit.serve.jobs.store import JobStore
     from serve_helpers import IdleEngine, serve_in_thread
 
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",

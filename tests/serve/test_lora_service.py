@@ -24,10 +24,10 @@ from pipedit.render import multipart
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 from pipedit.video import read_mp4, write_mp4
 from serve_helpers import call, serve_in_thread, wait_status
 

@@ -1,7 +1,7 @@
 """Engine metrics computed from event timestamps (the Prometheus backend replaced by a recorder)."""
 
 from pipedit.request import RequestEvent, RequestStatus as S
-from pipedit.serve.metrics import EngineMetrics
+from pipedit.serve.ray_app.metrics import EngineMetrics
 
 
 class _Metric:

@@ -3,8 +3,8 @@
 import pytest
 
 from pipedit.config import EngineConfig, ModelConfig
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.service import model_name_for, open_service
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.from_config import model_name_for, open_service
 from pipedit.video import read_mp4
 from serve_helpers import wait_for
 

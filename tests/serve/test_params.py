@@ -3,9 +3,9 @@
 import pytest
 
 from pipedit.config import GenerationDefaults
-from pipedit.serve.errors import ApiError
-from pipedit.serve.params import ServiceLimits, resolve
-from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.contract.params import ServiceLimits, resolve
+from pipedit.serve.contract.schemas import VideoCreateParams
 
 DEFAULTS = GenerationDefaults(height=128, width=96, num_frames=17, steps=10, guidance_scale=6.0, seed=3, fps=24)
 

@@ -21,9 +21,9 @@ from pipedit.adapter import shape_validator
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig, ReliabilityConfig
 from pipedit.faults import ENV
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import MODEL, SMALL, call, serve_in_thread, wait_status
 
 pytestmark = pytest.mark.slow

@@ -8,7 +8,7 @@ import pytest
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ServeConfig
 from pipedit.distributed.spawn import free_tcp_port
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.store import JobStore
 from pipedit.video import read_mp4
 from serve_helpers import call, wait_for
 
@@ -18,7 +18,7 @@ JOB = {"size": "32x32", "num_frames": 5, "num_inference_steps": 30}
 def _serve_app(config, port):
     from ray import serve
 
-    from pipedit.serve.deployment import APP_NAME, build_application
+    from pipedit.serve.ray_app.deployment import APP_NAME, build_application
 
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)

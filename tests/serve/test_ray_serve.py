@@ -14,7 +14,7 @@ from serve_helpers import call, wait_status
 def test_serve_application_renders_a_video(ray_session, demo_checkpoint, tmp_path):
     from ray import serve
 
-    from pipedit.serve.deployment import APP_NAME, build_application
+    from pipedit.serve.ray_app.deployment import APP_NAME, build_application
 
     port = free_tcp_port()
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)),

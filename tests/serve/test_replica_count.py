@@ -1,7 +1,7 @@
 """`pipedit serve` says when it serves with fewer replicas than asked for (a node was lost) and
 when all run again."""
 
-from pipedit.serve import launch
+from pipedit.serve.ray_app import launch
 
 
 def test_fewer_replicas_are_said_and_so_is_their_return(monkeypatch, capsys):

@@ -9,10 +9,10 @@ import torch
 
 from pipedit.config import GenerationDefaults
 from pipedit.request import RequestEvent, RequestStatus, VideoResult
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import JobStore
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import wait_for
 
 LEASE_S = 1.0

@@ -5,9 +5,9 @@ import time
 
 import pytest
 
-from pipedit.serve.errors import ApiError
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import JobRecord
+from pipedit.serve.contract.errors import ApiError
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import JobRecord
 from job_engines import InstantEngine, service_on
 from serve_helpers import wait_for
 

@@ -21,8 +21,8 @@ import pytest
 
 from pipedit.distributed.spawn import free_tcp_port
 from pipedit.errors import UserInputError
-from pipedit.serve import launch
-from pipedit.serve.placement import NodeCapacity, check_placement
+from pipedit.serve.ray_app import launch
+from pipedit.serve.ray_app.placement import NodeCapacity, check_placement
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 

@@ -12,7 +12,7 @@ import torch
 from pipedit.request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_loop import EngineLoop
 from pipedit.runtime.rank_failure import RankGroupError
-from pipedit.serve.schemas import VideoCreateParams
+from pipedit.serve.contract.schemas import VideoCreateParams
 from job_engines import FakeEngine, InstantEngine, service_on
 from serve_helpers import wait_for
 
@@ -120,7 +120,7 @@ def test_a_stopped_engine_loop_is_unfit_but_a_closing_service_is_not(tmp_path):
 
 
 def test_serve_health_check_fails_while_the_replica_is_unfit():
-    from pipedit.serve.deployment import PipeditServer
+    from pipedit.serve.ray_app.deployment import PipeditServer
 
     reason = ["the rank group cannot be rebuilt: no room"]
     replica = SimpleNamespace(service=SimpleNamespace(unfit=lambda: reason[0]))

@@ -5,7 +5,7 @@ import time
 
 from sqlalchemy import text
 
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.jobs.store import JobRecord, JobStore
 
 
 def _store(url, n=5):

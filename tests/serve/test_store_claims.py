@@ -7,7 +7,7 @@ import time
 import pytest
 from sqlalchemy import create_engine, text
 
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE
 
 

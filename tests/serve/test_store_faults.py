@@ -11,11 +11,11 @@ import pytest
 from sqlalchemy import event
 
 from pipedit.request import RequestEvent, RequestStatus
-from pipedit.serve.http_errors import store_busy
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import REQUEST_WAIT_S, JobRecord, JobStore
-from pipedit.serve.store_locks import StoreBusy
+from pipedit.serve.http.errors import store_busy
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import REQUEST_WAIT_S, JobRecord, JobStore
+from pipedit.serve.jobs.store_locks import StoreBusy
 from idle_app import start_idle
 from job_engines import GatedEngine, InstantEngine, service_on
 from serve_helpers import call, wait_for

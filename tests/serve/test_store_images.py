@@ -7,7 +7,7 @@ import sqlite3
 import pytest
 from sqlalchemy.exc import IntegrityError
 
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE
 
 IMAGE = bytes(range(256)) * 40  # every byte value: the column must be binary-clean

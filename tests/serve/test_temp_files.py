@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pipedit.video as video
 from pipedit.video import read_mp4
-from pipedit.serve.schemas import VideoCreateParams
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.contract.schemas import VideoCreateParams
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from job_engines import InstantEngine, service_on
 from serve_helpers import wait_for
 

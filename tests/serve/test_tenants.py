@@ -9,8 +9,8 @@ import time
 import pytest
 from sqlalchemy import create_engine, text
 
-from pipedit.serve.admission import client_of
-from pipedit.serve.store import JobRecord, JobStore
+from pipedit.serve.jobs.admission import client_of
+from pipedit.serve.jobs.store import JobRecord, JobStore
 from idle_app import start_idle
 from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE, call
 
@@ -206,7 +206,7 @@ def test_an_idempotency_key_makes_one_job_per_key_and_request(keyed, tmp_path):
 
 
 def test_a_retry_of_an_accepted_create_is_not_refused_by_a_full_queue(tmp_path):
-    from pipedit.serve.params import ServiceLimits
+    from pipedit.serve.contract.params import ServiceLimits
 
     app = start_idle(tmp_path, api_keys=(ALICE,), limits=ServiceLimits(max_queued_per_key=1))
     try:
@@ -223,7 +223,7 @@ def test_the_store_refuses_a_second_job_with_an_idempotent_id(store_url):
     # What makes one job per Idempotency-Key hold across replicas: a second row with the id fails.
     from sqlalchemy.exc import IntegrityError
 
-    from pipedit.serve.idempotency import job_id_for
+    from pipedit.serve.http.idempotency import job_id_for
 
     store = JobStore(store_url)
     try:

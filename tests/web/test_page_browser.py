@@ -95,9 +95,9 @@ def _screenshot(driver, tmp_path):
 
 def test_a_failed_job_shows_its_error(browser, tmp_path):
     from pipedit.config import GenerationDefaults
-    from pipedit.serve.api import build_app
-    from pipedit.serve.jobs import JobService
-    from pipedit.serve.store import JobStore
+    from pipedit.serve.http.app import build_app
+    from pipedit.serve.jobs.service import JobService
+    from pipedit.serve.jobs.store import JobStore
     from serve_helpers import serve_in_thread
     from test_job_service import FailingEngine  # every request fails while denoising: "out of memory"
 
@@ -123,10 +123,10 @@ def test_a_failed_job_shows_its_error(browser, tmp_path):
 def test_the_page_reopens_an_event_stream_at_its_lifetime_instead_of_polling(browser, tmp_path):
     # A stream ends after serve.event_stream_max_s (here 1 s); the page used to poll from then on.
     from pipedit.config import GenerationDefaults
-    from pipedit.serve.api import build_app
-    from pipedit.serve.jobs import JobService
-    from pipedit.serve.params import ServiceLimits
-    from pipedit.serve.store import JobStore
+    from pipedit.serve.http.app import build_app
+    from pipedit.serve.jobs.service import JobService
+    from pipedit.serve.contract.params import ServiceLimits
+    from pipedit.serve.jobs.store import JobStore
     from serve_helpers import IdleEngine, serve_in_thread
 
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",  # jobs stay queued
@@ -149,9 +149,9 @@ def test_the_page_reopens_an_event_stream_at_its_lifetime_instead_of_polling(bro
 def test_the_adapter_picker_sends_the_ticked_adapters_at_their_scales(browser, tmp_path):
     from pipedit.config import GenerationDefaults
     from pipedit.lora.spec import LoraOffer, LoraSpec
-    from pipedit.serve.api import build_app
-    from pipedit.serve.jobs import JobService
-    from pipedit.serve.store import JobStore
+    from pipedit.serve.http.app import build_app
+    from pipedit.serve.jobs.service import JobService
+    from pipedit.serve.jobs.store import JobStore
     from serve_helpers import IdleEngine, serve_in_thread
 
     offer = LoraOffer((("style", LoraSpec("style.safetensors", 0.7)), ("ink", LoraSpec("ink.safetensors"))), 2)

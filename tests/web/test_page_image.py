@@ -9,10 +9,10 @@ import pytest
 from image_inputs import ImageModel, image_bytes
 from page_driver import generate, job_item, open_page, wait
 from pipedit.config import GenerationDefaults
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import IdleEngine, Running, serve_in_thread
 
 PREVIEW_LOADED = """

@@ -1,4 +1,4 @@
-"""`pipedit serve`: the /v1/videos API on Ray Serve until Ctrl-C (pipedit.serve.launch)."""
+"""`pipedit serve`: the /v1/videos API on Ray Serve until Ctrl-C (pipedit.serve.ray_app.launch)."""
 
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def run(args) -> int:
     import os
 
     from ..serve.header_timeout import CALLBACK_ENV, environment
-    from ..serve.launch import serve_until_interrupted
+    from ..serve.ray_app.launch import serve_until_interrupted
 
     config = _config(args)
     # Before Ray starts: its Serve proxies take their header time limit from this environment (an

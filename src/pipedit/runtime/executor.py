@@ -205,14 +205,14 @@ def _thread_env(world_size: int) -> dict[str, str]:
 
 def _rank_bundles(layout: WorldLayout, use_gpu: bool):
     """(placement group, rank -> its bundle's index, whether the group is ours). Inside a Serve
-    replica started with placement_group_bundles (serve/deployment.py: the replica's bundle, then
+    replica started with placement_group_bundles (serve/ray_app/deployment.py: the replica's bundle, then
     one per rank; or one per node) the ranks take the replica's bundles, so Serve schedules whole
     rank groups; elsewhere a group of our own.
 
     A replica's group that lost a node (Ray's state RESCHEDULING: its bundles there wait for a node
     with room) is refused at once: ranks started into it would wait, up to rebuild_timeout_s, with
     the replica's jobs pinned to it. Refused, the rebuild fails, the replica hands its jobs to the
-    others and fails Serve's health check (runtime/engine_loop.py, serve/jobs.py), and a later
+    others and fails Serve's health check (runtime/engine_loop.py, serve/jobs/service.py), and a later
     rebuild works once Ray has placed the group again."""
     from ray.util.placement_group import get_current_placement_group, placement_group_table
 

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
-from contextlib import contextmanager
+
+from ..compat import loopback_node
 
 LOCAL = "local"
 
@@ -38,7 +39,7 @@ def connect_ray(address: str | None = None, *, num_cpus: int, **options) -> bool
     if attach is not None:
         ray.init(address=attach, **options)
         return False
-    with _loopback_node():
+    with loopback_node():  # a private switch of Ray's: pipedit.compat
         ray.init(address=LOCAL, num_cpus=num_cpus, **options)
     return True
 
@@ -60,21 +61,3 @@ def stop_ray(owned: bool) -> None:
 
     if owned:
         ray.shutdown()
-
-
-@contextmanager
-def _loopback_node():
-    """While Ray starts an instance, its node IP is loopback, and every server of the instance
-    binds that IP. Ray 2.60 takes the node IP from services.get_node_ip_address, which answers
-    loopback while ray_constants.ENABLE_RAY_CLUSTER (env RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, read
-    at import) is false; `_node_ip_address="127.0.0.1"` does not do it (ray.init swaps a loopback
-    address for the machine's). Hazard: a private switch, re-checked on every Ray upgrade by
-    tests/runtime/test_ray_instance.py (it lists the sockets the instance listens on)."""
-    from ray._private import ray_constants
-
-    saved = ray_constants.ENABLE_RAY_CLUSTER
-    ray_constants.ENABLE_RAY_CLUSTER = False
-    try:
-        yield
-    finally:
-        ray_constants.ENABLE_RAY_CLUSTER = saved

@@ -17,7 +17,7 @@ from pathlib import Path
 from pipedit.errors import UserInputError
 
 MARK_FILE = ".pipedit-data-folder"
-ENV = "PIPEDIT_DATA_FOLDER_MARK"  # in the replicas' runtime_env (serve/deployment.py)
+ENV = "PIPEDIT_DATA_FOLDER_MARK"  # in the replicas' runtime_env (ray_app/deployment.py)
 
 
 def mark(folder: str | Path) -> str:

@@ -4,8 +4,9 @@ jobs and fans every change out to all the open streams.
 A stream used to read the store every 100 ms in a thread-pool thread of its own, so a few hundred
 streams on one queued job filled the replica's max_ongoing_requests and starved /healthz. Now:
 
-- The watcher (an asyncio task, one per job service) reads each watched job once per tick
-  (POLL_S), however many streams follow it, all in one worker-thread call. Engine events of the
+- The watcher (an asyncio task of the job service's own hub, JobService.events; the route's
+  response: http/event_stream.py) reads each watched job once per tick (POLL_S), however many
+  streams follow it, all in one worker-thread call. Engine events of the
   replica's own jobs (the service has written their row when the listener runs) wake it early,
   never sooner than MIN_GAP_S after the previous read. The store stays the truth across replicas:
   a job that another replica runs is seen at the next tick.
@@ -29,21 +30,14 @@ import asyncio
 import json
 import logging
 import math
-import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 
-import anyio
-from starlette.datastructures import Headers
-from starlette.responses import JSONResponse, StreamingResponse
-from starlette.types import Receive, Scope, Send
-
 from pipedit.config import ServeConfig
 
-from .errors import ApiError, not_found
-from .http_errors import bearer_token
-from .schemas import FINAL_STATUSES, Video
+from ..contract.errors import ApiError, not_found
+from ..contract.schemas import FINAL_STATUSES, Video
 
 _log = logging.getLogger(__name__)
 _DEFAULTS = ServeConfig()
@@ -51,7 +45,6 @@ KEEPALIVE_S = 15.0  # a comment on a quiet stream this often: proxies drop silen
 POLL_S = 0.15  # how often the watcher reads the watched jobs from the store
 MIN_GAP_S = 0.1  # the soonest re-read after the previous one, when engine events wake the watcher
 MAX_RETRY_AFTER_S = 30  # the most a refused stream is told to wait (Retry-After)
-STREAM_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 
 # What a subscriber's queue carries: (kind, text); kind "data" | "final" (a Video as JSON) or
 # "error" (the 404 body: the job was deleted).
@@ -289,74 +282,10 @@ def _offer(sub: Subscription, item: Item) -> None:
 def service_reader(service) -> Callable[[str], Video | None]:
     """The job's Video as GET /v1/videos/{id} shows it, or None once deleted. The route has
     checked that the caller may see the job (its 404) before the stream opens, so the watcher
-    reads for every caller (access.VideoAccess.view: no caller check)."""
-    from .access import VideoAccess
-
-    view = VideoAccess(service).view
+    reads for every caller (JobService.view: no caller check)."""
 
     def read(video_id: str) -> Video | None:
         record = service.store.get(video_id)
-        return None if record is None else view(record)
+        return None if record is None else service.view(record)
 
     return read
-
-
-class EventStreamResponse(StreamingResponse):
-    """The response of one /events request: 429 when a cap is reached, else the stream. Admission
-    happens when the server sends it, on the event loop; the stream ends when the client leaves."""
-
-    media_type = "text/event-stream"
-
-    def __init__(self, hub: EventHub, video_id: str):
-        self.hub, self.video_id = hub, video_id
-        self.status_code, self.background = 200, None
-        self.init_headers(dict(STREAM_HEADERS))
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            sub = self.hub.subscribe(self.video_id, bearer_token(Headers(scope=scope)))
-        except ApiError as refusal:
-            await JSONResponse(refusal.body(), refusal.status, headers=refusal.headers)(scope, receive, send)
-            return
-        self.body_iterator = self.hub.events(sub)
-        try:
-            # Whatever the ASGI version, stop at a disconnect at once (not at the next keep-alive):
-            # the stream's slot is free for the client's reconnect.
-            async with anyio.create_task_group() as group:
-                async def stream() -> None:
-                    try:
-                        await self.stream_response(send)
-                    except OSError:  # the client left while we sent
-                        pass
-                    group.cancel_scope.cancel()
-
-                group.start_soon(stream)
-                await self.listen_for_disconnect(receive)
-                group.cancel_scope.cancel()
-        finally:
-            await self.body_iterator.aclose()
-            self.hub.unsubscribe(sub)
-
-
-_HUB = "_pipedit_event_hub"  # the attribute of a service that holds its hub (it lives and dies with it)
-_hubs_lock = threading.Lock()
-
-
-def hub_for(service) -> EventHub:
-    """The service's hub, made on first use (EventHub.for_service) unless set_hub gave one."""
-    with _hubs_lock:
-        hub = getattr(service, _HUB, None)
-        if hub is None:
-            hub = set_hub(service, EventHub.for_service(service))
-        return hub
-
-
-def set_hub(service, hub: EventHub) -> EventHub:
-    """Uses `hub` for the service's streams (its limits, e.g. from the config); returns it."""
-    setattr(service, _HUB, hub)
-    return hub
-
-
-def event_stream(service, video_id: str) -> EventStreamResponse:
-    """The /events response for a job the caller may see (the route checked it)."""
-    return EventStreamResponse(hub_for(service), video_id)

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from ..contract.errors import not_found
+from ..contract.schemas import Video, VideoDeleted, VideoList
 from .admission import Caller
-from .errors import not_found
-from .jobs import JobService
-from .schemas import Video, VideoDeleted, VideoList
+from .service import JobService
 from .store import JobRecord
 
 

@@ -17,8 +17,8 @@ import re
 
 from starlette.datastructures import Headers
 
-from .errors import invalid
-from .http_errors import idempotency_key_reused
+from ..contract.errors import invalid
+from .errors import idempotency_key_reused
 
 HEADER = "Idempotency-Key"
 DIGEST = "request_digest"  # where a job's params keep the digest of the request that made it

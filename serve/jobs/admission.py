@@ -11,8 +11,8 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-from .errors import ApiError
-from .params import ServiceLimits
+from ..contract.errors import ApiError
+from ..contract.params import ServiceLimits
 from .store import JobStore
 
 DEFAULT_RETRY_AFTER_S = 10  # no job has finished here yet: a guess of one job's duration

@@ -17,7 +17,7 @@ import anyio
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from .errors import not_found
+from ..contract.errors import not_found
 
 CHUNK = 256 * 1024
 _RANGE = re.compile(r"bytes=(\d*)-(\d*)")

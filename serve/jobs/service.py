@@ -29,12 +29,13 @@ from pipedit.lora.spec import NO_LORAS, LoraOffer
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine_loop import EngineLoop
 
+from ..contract.errors import ApiError, not_found, storage_full
+from ..contract.options import create_options
+from ..contract.params import ServiceLimits, ShapeValidator, request_values, resolve
+from ..contract.schemas import Video, VideoCreateParams, VideoDeleted, VideoList
 from .admission import Admission, client_of
 from .dispatcher import Dispatcher
-from .errors import ApiError, not_found, storage_full
-from .options import create_options
-from .params import ServiceLimits, ShapeValidator, request_values, resolve
-from .schemas import Video, VideoCreateParams, VideoDeleted, VideoList
+from .events import EventHub
 from .store import UNFINISHED, JobRecord, JobStore
 from .sweeper import FileSweeper
 from .views import to_video
@@ -75,6 +76,9 @@ class JobService:
         self.dispatcher = Dispatcher(engine, store, self.owner, lease_s=lease_s, max_attempts=self.max_attempts,
                                      admission=self.admission, sweeper=self.sweeper, request_of=self._request_of,
                                      lock=lock)
+        # The /events streams' one watcher and their caps (the limits' event-stream fields);
+        # replace it before the first stream opens to set other limits.
+        self.events = EventHub.for_service(self)
         self.dispatcher.start()
 
     # -- the API --------------------------------------------------------------------------
@@ -82,7 +86,7 @@ class JobService:
                job_id: str | None = None, request_digest: str | None = None) -> Video:
         """Checks and stores a job; some replica's dispatcher runs it. 429 when queues are full.
         `image`: the input_reference's encoded bytes (image-to-video), stored with the job.
-        `job_id`, `request_digest`: an idempotent create's (see idempotency.py); the store refuses
+        `job_id`, `request_digest`: an idempotent create's (see http/idempotency.py); the store refuses
         a second row with that id (sqlalchemy IntegrityError)."""
         settings = resolve(params, self.model_name, self.defaults, self.limits, self._validate, image, self.loras)
         if not self.healthy():

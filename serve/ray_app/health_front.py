@@ -9,7 +9,7 @@ cluster), so the proxy always reaches it; the front asks a replica through a dep
 with a deadline, and past the deadline answers from Serve's own count of running replicas (read
 in the background, at most COUNT_EVERY_S old).
 
-The answer (api.health_reply): a replica's own health (ok | degraded | down, with its reason);
+The answer (http/app.py's health_reply): a replica's own health (ok | degraded | down, with its reason);
 degraded when fewer replicas run than serve.num_replicas, or when no replica answered in time
 while some run; down (503) when none runs.
 """
@@ -21,9 +21,10 @@ import time
 
 from ray import serve
 
+from pipedit.compat import replica_grpc_on_loopback
 from pipedit.config import EngineConfig
 
-from .deployment import APP_NAME, DEPLOYMENT_NAME, replica_grpc_on_loopback
+from .deployment import APP_NAME, DEPLOYMENT_NAME
 from .deployment import running_replicas as reported_running
 
 HEALTH_APP = "pipedit-health"
@@ -60,9 +61,9 @@ class HealthFront:
         self.count = ReplicaCount(running_replicas)
 
     def __serve_build_asgi_app__(self):
-        from .api import guarded_app, health_reply
-        from .schemas import ErrorBody
-        from .service import limits_for
+        from ..http.app import guarded_app, health_reply
+        from ..contract.schemas import ErrorBody
+        from ..jobs.from_config import limits_for
 
         serve_config = self.config.serve
         app = guarded_app(limits_for(self.config), serve_config.host, serve_config.allowed_hosts)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from .errors import invalid
+from ..contract.errors import invalid
 
 PARAM = "loras"
 NAME, SCALE = f"{PARAM}[][name]", f"{PARAM}[][scale]"

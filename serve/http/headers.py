@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.openapi.docs import get_swagger_ui_html
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-# The page (serve/static) loads only its own files; picked images and keyed downloads play as blob:
+# The page (http/static) loads only its own files; picked images and keyed downloads play as blob:
 # URLs. frame-ancestors 'none' and X-Frame-Options DENY (older browsers) forbid framing it.
 PAGE_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' blob: data:; "
                "media-src 'self' blob:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
@@ -21,8 +21,8 @@ DOCS_PATH = "/docs"
 DOCS_POLICY = (f"default-src 'self'; script-src 'self' 'unsafe-inline' {SWAGGER_UI}/; style-src 'self' "
                f"{SWAGGER_UI}/; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; "
                f"frame-ancestors 'none'")
-_FIXED = [(b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
-          (b"referrer-policy", b"no-referrer")]
+_FIXED = ((b"x-frame-options", b"DENY"), (b"x-content-type-options", b"nosniff"),
+          (b"referrer-policy", b"no-referrer"))
 
 
 class SecurityHeaders:

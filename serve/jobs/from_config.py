@@ -12,8 +12,8 @@ from pipedit.lora.spec import LoraOffer
 from pipedit.runtime.engine import resolve_model_path
 from pipedit.runtime.engine_loop import EngineLoop
 
-from .jobs import JobService
-from .params import ServiceLimits
+from ..contract.params import ServiceLimits
+from .service import JobService
 from .store import JobStore
 
 def model_name_for(config: EngineConfig) -> str:

@@ -1,6 +1,6 @@
 """The FastAPI app: OpenAI's video routes (/v1/videos...) over a JobService, plus /healthz.
-A thin shim: every decision is the service's (who may see a job: access.VideoAccess; what every
-request must pass first: http_errors.RequestGuard); this module only maps HTTP to its methods."""
+A thin shim: every decision is the service's (who may see a job: jobs/access.py's VideoAccess;
+what every request must pass first: errors.RequestGuard); this module only maps HTTP to its methods."""
 
 from __future__ import annotations
 
@@ -12,18 +12,19 @@ from fastapi.responses import FileResponse, JSONResponse, Response, StreamingRes
 from sqlalchemy.exc import IntegrityError
 from starlette.formparsers import MultiPartException, MultiPartParser
 
-from .access import VideoAccess
-from .admission import Caller
-from .errors import ApiError
+from ..contract import reference
+from ..contract.errors import ApiError
+from ..contract.params import bad_text
+from ..contract.schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
+from ..jobs.access import VideoAccess
+from ..jobs.admission import Caller
+from ..jobs.service import JobService
+from . import idempotency, lora_form
 from .downloads import video_response
-from .events import event_stream
-from .http_errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
-                          is_loopback, unreadable_form)
-from . import idempotency, lora_form, reference
+from .errors import (RequestGuard, SafeJSONResponse, bearer_check, bearer_token, install_error_handlers,
+                     is_loopback, unreadable_form)
+from .event_stream import event_stream
 from .headers import SecurityHeaders, add_docs
-from .jobs import JobService
-from .params import bad_text
-from .schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from .web import add_web_page
 
 _ERRORS = {code: {"model": ErrorBody} for code in (400, 401, 403, 404, 413, 415, 429, 503)}
@@ -71,7 +72,7 @@ def build_app(service: JobService, api_keys: tuple[str, ...] | list[str] = (), *
 def guarded_app(limits, host: str | None, allowed_hosts, *, docs: bool = False) -> FastAPI:
     """A FastAPI app with pipedit's error bodies, request guard (Host names, cross-site writes,
     body caps and timeouts from `limits`, a ServiceLimits) and security headers: the API's, and the
-    /healthz front's (health_front.py)."""
+    /healthz front's (ray_app/health_front.py)."""
     app = FastAPI(title="pipedit", summary="Text-to-video generation with OpenAI's video API",
                   default_response_class=SafeJSONResponse, docs_url=None, redoc_url=None)
     if docs:

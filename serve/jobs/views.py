@@ -10,7 +10,7 @@ from typing import Any
 
 from pipedit.request import RequestEvent, RequestStatus
 
-from .schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
+from ..contract.schemas import FINAL_STATUSES, PipeditExtras, Video, VideoError, echoed_fields
 from .store import UNREADABLE, JobRecord
 
 _log = logging.getLogger(__name__)
@@ -100,7 +100,7 @@ def _to_video(record: JobRecord, model_name: str, queue_position: int | None, re
             stage=extras.get("stage", record.status), step=extras.get("step", 0),
             total_steps=extras.get("total_steps", params["num_inference_steps"]),
             queue_position=queue_position, timings=extras.get("timings", {}), input_reference=params.get("image"),
-            # A job's params keep the echoed fields under their API names (serve.params.JobSettings);
+            # A job's params keep the echoed fields under their API names (contract/params.py's JobSettings);
             # rows from before a field existed lack it: null.
             **{spec.api: params[spec.api] if not spec.nullable else params.get(spec.api) for spec in echoed_fields()},
         ),

@@ -10,7 +10,7 @@ from fastapi import FastAPI
 from fastapi.responses import FileResponse
 from fastapi.staticfiles import StaticFiles
 
-from .jobs import JobService
+from ..jobs.service import JobService
 
 STATIC_DIR = Path(__file__).parent / "static"
 

@@ -11,7 +11,7 @@ from sqlalchemy.exc import OperationalError
 # Errors of a store that has no room left: SQLite's SQLITE_FULL ("database or disk is full"), an
 # OS error passed through ("No space left on device"), PostgreSQL's disk_full (53100).
 _FULL_TEXTS = ("database or disk is full", "no space left on device")
-_FULL_SQLSTATES = {"53100"}
+_FULL_SQLSTATES = frozenset({"53100"})
 
 
 class StoreBusy(OperationalError):

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from starlette.datastructures import Headers
 from starlette.types import Message, Receive, Send
 
-from .errors import ApiError
+from ..contract.errors import ApiError
 
 
 class BodyWatch:

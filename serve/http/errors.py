@@ -24,18 +24,18 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .admission import EVERYONE, Caller, client_of
+from ..contract.errors import ApiError, storage_full
+from ..jobs.admission import EVERYONE, Caller, client_of
+from ..jobs.store_locks import is_full
 from .body import BodyWatch
-from .errors import ApiError, storage_full
-from .store_locks import is_full
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2
 # Lock and capacity errors of PostgreSQL (lock_not_available, query_canceled by lock/statement
 # timeouts, serialization_failure, deadlock_detected, too_many_connections): the store is busy.
-_BUSY_SQLSTATES = {"55P03", "57014", "40001", "40P01", "53300"}
+_BUSY_SQLSTATES = frozenset({"55P03", "57014", "40001", "40P01", "53300"})
 LOOPBACK_NAMES = ("localhost", "127.0.0.1", "[::1]")
-_UNSAFE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
+_UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 
 
 class SafeJSONResponse(JSONResponse):

@@ -82,7 +82,7 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     until a Stop."""
     from ray import serve
 
-    from .service import data_dir_for
+    from ..jobs.from_config import data_dir_for
 
     check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
                     cluster_nodes())
