@@ -234,7 +234,7 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                             "needs " + IMAGE_MODELS),
     # The server's named LoRA adapters (model.offered_loras) a request runs with, in its canonical form
     # ((name, scale or None: the name's default), ...). Only a server knows which names it offers:
-    # serve.params and the render line check checks them (pipedit.lora.spec.request_loras).
+    # serve.contract.params and the render line check checks them (pipedit.lora.spec.request_loras).
     GenerationField("loras", list, None, "LoRA adapters this request runs with: [{\"name\": NAME, \"scale\": S}, "
                     "...], NAME one the server offers (GET /v1/pipedit/options), S its scale (left out: the "
                     "server's default for NAME). Left out: none.", nullable=True, absent=(None, ()),

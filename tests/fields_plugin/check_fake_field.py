@@ -24,10 +24,10 @@ from pipedit.render.prompts import read_lines
 from pipedit.render.single import request_from_config
 from pipedit.request import VideoRequest
 from pipedit.runtime.denoise import DenoiseJob
-from pipedit.serve.api import build_app
-from pipedit.serve.jobs import JobService
-from pipedit.serve.params import ServiceLimits
-from pipedit.serve.store import JobStore
+from pipedit.serve.http.app import build_app
+from pipedit.serve.jobs.service import JobService
+from pipedit.serve.contract.params import ServiceLimits
+from pipedit.serve.jobs.store import JobStore
 from serve_helpers import IdleEngine
 
 
