@@ -120,11 +120,15 @@ class PipeditServer:
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
                          allowed_hosts=serve.allowed_hosts, docs=serve.docs)
 
-    def health(self) -> tuple[str, str | None]:
+    # Both health methods are coroutines: Serve runs a coroutine on the replica's event loop, but a
+    # plain method in the thread pool that the app's sync routes use, where hundreds of event-stream
+    # accepts (each a sync route and dependency reading the store) made the /healthz front's question
+    # wait behind them. Their answers read flags and the disk's free space: nothing that blocks.
+    async def health(self) -> tuple[str, str | None]:
         """This replica's (status, reason), for the /healthz front (health_front.py)."""
         return self.service.health()
 
-    def check_health(self):
+    async def check_health(self):
         """Serve calls this every few seconds (health_check_period_s); after a few failures in a row
         it replaces the replica (a new one, with a new rank group, where there is room)."""
         reason = self.service.unfit()
