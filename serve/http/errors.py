@@ -173,6 +173,13 @@ def header_timeout(timeout_s: float) -> ApiError:
                          f"send them at once", param=None, code="header_timeout")
 
 
+def headers_too_large(max_bytes: int, max_lines: int) -> ApiError:
+    """431 headers_too_large: the request's headers passed a cap (see header_timeout.py)."""
+    return ApiError(431, f"the request headers are too large: at most {max_bytes:,} bytes "
+                         f"(serve.max_header_bytes) in at most {max_lines} header lines (serve.max_header_lines)",
+                    param=None, code="headers_too_large")
+
+
 def body_timeout(timeout_s: float, min_rate: int, received: int) -> ApiError:
     """408 body_timeout: the body came too slowly (see body.py)."""
     return ApiError(408, f"the request body did not arrive in time: {received:,} bytes came within "

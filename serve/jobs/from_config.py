@@ -36,6 +36,12 @@ def limits_for(config: EngineConfig) -> ServiceLimits:
     return ServiceLimits(**{f.name: getattr(config.serve, f.name) for f in fields(ServiceLimits)})
 
 
+def store_for(config: EngineConfig, data_dir: str | Path, database_url: str | None = None) -> JobStore:
+    """The job store: `database_url`, else serve.database_url, else SQLite `jobs.sqlite` in data_dir."""
+    url = database_url or config.serve.database_url
+    return JobStore(url) if url else JobStore.in_folder(data_dir)
+
+
 def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str | None = None,
                  limits: ServiceLimits = ServiceLimits(), database_url: str | None = None,
                  owner: str | None = None) -> JobService:
@@ -43,8 +49,7 @@ def open_service(config: EngineConfig, data_dir: str | Path, *, model_name: str 
     (default: serve.database_url, else SQLite `jobs.sqlite` in data_dir). `owner`: how this
     replica signs the jobs it runs (default: host, pid and a random tag)."""
     model_path = str(resolve_model_path(config.model.path, config.model.name))
-    url = database_url or config.serve.database_url
-    store = JobStore(url) if url else JobStore.in_folder(data_dir)
+    store = store_for(config, data_dir, database_url)
     engine = EngineLoop.from_config(config)
     service = JobService(engine, store, data_dir, model_name or model_name_for(config), config.generation,
                          limits, validate=shape_validator(model_path, config.model.name), lease_s=config.serve.job_lease_s,

@@ -210,6 +210,11 @@ class JobService:
                     f"{MIN_FREE_BYTES:,} a video may need; free space on it")
         return None
 
+    def drain(self) -> None:
+        """Takes no new job from now on (the server is stopping: ray_app/stopping.py): /healthz
+        answers down and creates 503; running jobs go on until close()."""
+        self.dispatcher.draining.set()
+
     def close(self, grace_s: float = 0.0) -> None:
         """Stops claiming; lets running jobs finish for up to `grace_s` seconds (serve.stop_grace_s
         when a replica stops); then stops listening and collecting, and hands the jobs it still

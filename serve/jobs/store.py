@@ -241,9 +241,11 @@ class JobStore:
             and_(jobs.c.owner.is_(None), jobs.c.status == "in_progress")))
         return self._free(lapsed)
 
-    def release(self, owner: str) -> list[str]:
-        """Frees every unfinished job `owner` holds (it is shutting down); returns their ids."""
-        return self._free(and_(jobs.c.status.in_(UNFINISHED), jobs.c.owner == owner))
+    def release(self, owner: str, prefix: bool = False) -> list[str]:
+        """Frees every unfinished job `owner` holds (it is shutting down; `prefix`: every owner whose
+        name starts with it, a server's replicas as it stops); returns their ids."""
+        held = jobs.c.owner.startswith(owner, autoescape=True) if prefix else jobs.c.owner == owner
+        return self._free(and_(jobs.c.status.in_(UNFINISHED), held))
 
     # -- reads ----------------------------------------------------------------------------
     def lease_holds(self, job_id: str, owner: str, attempt: int) -> bool:
@@ -298,11 +300,13 @@ class JobStore:
                                 .order_by(jobs.c.created_at, jobs.c.id)).all()
         return [_record(r) for r in rows]
 
-    def count(self, status: str, client: str | None = None) -> int:
-        """Jobs with `status` (of one client, when given)."""
+    def count(self, status: str, client: str | None = None, owner_prefix: str | None = None) -> int:
+        """Jobs with `status` (of one client, of owners whose name starts with `owner_prefix`, when given)."""
         query = select(func.count()).select_from(jobs).where(jobs.c.status == status)
         if client is not None:
             query = query.where(jobs.c.client == client)
+        if owner_prefix is not None:
+            query = query.where(jobs.c.owner.startswith(owner_prefix, autoescape=True))
         with self._engine.connect() as conn:
             return conn.execute(query).scalar_one()
 

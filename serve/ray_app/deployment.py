@@ -25,7 +25,7 @@ from pipedit.compat import replica_grpc_on_loopback
 from pipedit.config import EngineConfig, load_config
 from pipedit.errors import UserInputError
 
-from . import data_folder
+from . import data_folder, stopping
 
 APP_NAME = "pipedit"
 DEPLOYMENT_NAME = "PipeditServer"
@@ -94,7 +94,8 @@ def deployment_options(config: EngineConfig, data_mark: str | None = None) -> di
 
 @serve.ingress()
 class PipeditServer:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, run: str | None = None):
+        """`run`: the id of this start of `pipedit serve` (stopping.py), None under `serve run`."""
         import ray
 
         from ..jobs.from_config import data_dir_for, limits_for, open_service
@@ -104,7 +105,10 @@ class PipeditServer:
         replica_grpc_on_loopback()
         data_folder.check(data_dir_for(config), ray.util.get_node_ip_address())
         self.service = open_service(config, data_dir_for(config), model_name=config.serve.model_name,
-                                    limits=limits_for(config), owner=_replica_owner())
+                                    limits=limits_for(config), owner=_replica_owner(run))
+        if run is not None:  # SIGTERM: take no new job as soon as `pipedit serve` says so
+            closed = self.service.dispatcher.closing
+            stopping.watch(data_dir_for(config), run, self.service.drain, closed.is_set)
         # The queue is the shared store's (the engine holds at most one waiting job per replica).
         self.service.engine.add_listener(EngineMetrics(lambda: self.service.store.count("queued"),
                                                        adapters_of=self.service.adapters_of))
@@ -116,11 +120,15 @@ class PipeditServer:
         return build_app(self.service, api_keys=serve.api_keys, admin_keys=serve.admin_keys, host=serve.host,
                          allowed_hosts=serve.allowed_hosts, docs=serve.docs)
 
-    def health(self) -> tuple[str, str | None]:
+    # Both health methods are coroutines: Serve runs a coroutine on the replica's event loop, but a
+    # plain method in the thread pool that the app's sync routes use, where hundreds of event-stream
+    # accepts (each a sync route and dependency reading the store) made the /healthz front's question
+    # wait behind them. Their answers read flags and the disk's free space: nothing that blocks.
+    async def health(self) -> tuple[str, str | None]:
         """This replica's (status, reason), for the /healthz front (health_front.py)."""
         return self.service.health()
 
-    def check_health(self):
+    async def check_health(self):
         """Serve calls this every few seconds (health_check_period_s); after a few failures in a row
         it replaces the replica (a new one, with a new rank group, where there is room)."""
         reason = self.service.unfit()
@@ -135,25 +143,25 @@ class PipeditServer:
             service.shutdown(grace_s=self.config.serve.stop_grace_s)
 
 
-def _replica_owner() -> str | None:
+def _replica_owner(run: str | None = None) -> str | None:
     """The replica's Serve id plus the job service's default (host, pid, tag), so operators see
-    which replica runs a job."""
+    which replica runs a job; after the run's prefix, by which its stop hands the jobs back."""
     from ..jobs.service import new_owner_id
 
     try:
         replica = serve.get_replica_context().replica_id.unique_id
     except Exception:  # noqa: BLE001 - outside a replica (e.g. tests building the class directly)
         return None
-    return f"{replica}@{new_owner_id()}"
+    return f"{stopping.owner_prefix(run) if run else ''}{replica}@{new_owner_id()}"
 
 
-def build_application(config: EngineConfig, data_mark: str | None = None):
+def build_application(config: EngineConfig, data_mark: str | None = None, run: str | None = None):
     options = deployment_options(config, data_mark)
     # Serve kills a replica whose shutdown takes longer than graceful_shutdown_timeout_s: room for
     # the grace period, then closing the engine (its rank actors).
     return serve.deployment(PipeditServer, name=DEPLOYMENT_NAME, num_replicas=config.serve.num_replicas,
                             max_ongoing_requests=256, graceful_shutdown_timeout_s=config.serve.stop_grace_s + SHUTDOWN_MARGIN_S,
-                            **options).bind(config)
+                            **options).bind(config, run)
 
 
 def running_replicas() -> int:

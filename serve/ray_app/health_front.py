@@ -24,6 +24,7 @@ from ray import serve
 from pipedit.compat import replica_grpc_on_loopback
 from pipedit.config import EngineConfig
 
+from . import stopping
 from .deployment import APP_NAME, DEPLOYMENT_NAME
 from .deployment import running_replicas as reported_running
 
@@ -54,9 +55,11 @@ def front_answer(replica: tuple[str, str | None] | None, running: int | None,
 
 @serve.ingress()
 class HealthFront:
-    def __init__(self, config: EngineConfig):
+    def __init__(self, config: EngineConfig, run: str | None = None):
+        from ..jobs.from_config import data_dir_for
+
         replica_grpc_on_loopback()
-        self.config = config
+        self.config, self.run, self.folder = config, run, data_dir_for(config)
         self.replicas = serve.get_deployment_handle(DEPLOYMENT_NAME, app_name=APP_NAME)
         self.count = ReplicaCount(running_replicas)
 
@@ -75,6 +78,9 @@ class HealthFront:
         return app
 
     async def answer(self) -> tuple[str, str | None]:
+        run = getattr(self, "run", None)
+        if run is not None and stopping.announced(self.folder, run):  # step 1 of the stop (stopping.py)
+            return "down", "the server is stopping (SIGTERM or Ctrl-C)"
         deadline = time.monotonic() + REPLICA_DEADLINE_S
         replica = None
         for _ in range(2):  # once more if the first replica asked is gone (its node died)
@@ -117,6 +123,6 @@ def running_replicas() -> int | None:
         return None
 
 
-def build_health_front(config: EngineConfig):
+def build_health_front(config: EngineConfig, run: str | None = None):
     return serve.deployment(HealthFront, name="HealthFront", num_replicas=1, max_ongoing_requests=64,
-                            ray_actor_options={"num_cpus": 0, "resources": HEAD_NODE}).bind(config)
+                            ray_actor_options={"num_cpus": 0, "resources": HEAD_NODE}).bind(config, run)

@@ -1,9 +1,10 @@
 """Starting the /v1/videos server for `pipedit serve`: Ray, Serve, the health wait, and the
 optional demo request rendered through the API; and stopping it on SIGTERM (systemd, Docker,
-Kubernetes) as on Ctrl-C."""
+Kubernetes) as on Ctrl-C, in the bounded order of stopping.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -16,18 +17,21 @@ import urllib.request
 from pipedit.config import EngineConfig
 from pipedit.errors import UserInputError
 
-from . import data_folder
+from . import data_folder, stopping
 from .deployment import engine_ranks, replica_bundles, spreads
 from .placement import check_placement, cluster_nodes, replica_demand
 
 HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
 PROGRESS_S = 15.0  # how often a start that takes long says what Serve reports
-STOP_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 15.0  # Serve's own stop, on a cluster this process did not start
+HAND_BACK_MARGIN_S = 5.0  # handing the jobs back, beyond serve.stop_grace_s (a store waiting for its lock)
+RAY_START_TIMEOUT = "timed out during startup"  # Ray's words when its node does not come up in time
 FAILED = ("DEPLOY_FAILED", "UNHEALTHY")  # Serve's application states that end a start
 
 
-class Stop(Exception):
-    """SIGTERM or Ctrl-C (SIGINT) arrived: the server stops."""
+class Stop(BaseException):
+    """SIGTERM or Ctrl-C (SIGINT) arrived: the server stops. Not an Exception, like
+    KeyboardInterrupt: Ray's code that catches Exception (a status read) must not swallow it."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
@@ -50,26 +54,26 @@ def _stop_on_signals() -> None:
 def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prompt: str | None,
                             port_given: bool = False) -> int:
     """Serves `config` until SIGTERM or Ctrl-C, then stops (see _stop) and exits 0 with one line
-    saying so. `address` names a Ray cluster (default: RAY_ADDRESS, else a new local Ray instance
+    saying so (also when a step of the stop failed: it says which). `address` names a Ray cluster (default: RAY_ADDRESS, else a new local Ray instance
     sized for the config). Fails within seconds, with what was asked and what the cluster has,
     when the replicas cannot be placed. `port_given`: the port was asked for explicitly (refused
     if Serve already listens elsewhere)."""
     from pipedit.runtime.ray_instance import stop_ray
 
     _stop_on_signals()
-    owns_ray, running_port, how, served = False, None, None, []
+    owns_ray, running_port, how, served, run = False, None, None, [], stopping.new_run()
     try:
         owns_ray = _connect_ray(config, address)
         _stop_on_signals()
         running_port = _running_serve_port()
-        _serve(config, port_given, running_port, demo_prompt, served)
+        _serve(config, port_given, running_port, demo_prompt, served, run)
     except Stop as stop:
         how = stop.how
     finally:
         # Interrupted while starting on an instance of our own: no replica has run a job; Ray's end
         # takes everything at once.
         if served or not owns_ray:
-            _stop(stop_serve=running_port is None and not owns_ray, grace_s=config.serve.stop_grace_s)
+            _stop(config, run, stop_serve=running_port is None and not owns_ray, owns_ray=owns_ray)
         stop_ray(owns_ray)
     print(f"pipedit: stopped on {how}: {'Serve and Ray' if owns_ray else 'the app'} shut down; unfinished jobs "
           f"wait in the job store for the next start", flush=True)
@@ -77,7 +81,7 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
 
 
 def _serve(config: EngineConfig, port_given: bool, running_port: int | None, demo_prompt: str | None,
-           served: list) -> None:
+           served: list, run: str) -> None:
     """Deploys the app, waits until it is healthy (then appends the URL to `served`), and serves
     until a Stop."""
     from ray import serve
@@ -93,7 +97,7 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     serve.start(proxy_location=config.serve.proxy_location,
                 http_options={"host": config.serve.host, "port": port,
                               "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
-    run_applications(config, mark)
+    run_applications(config, mark, run)
     url = f"http://{_display_host(config.serve.host)}:{port}"
     _wait_healthy(url)
     served.append(url)
@@ -104,15 +108,16 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     _watch_replicas(config.serve.num_replicas)
 
 
-def run_applications(config: EngineConfig, data_mark: str | None = None) -> None:
-    """Deploys the API (route "/") and its /healthz front (health_front.py), without waiting."""
+def run_applications(config: EngineConfig, data_mark: str | None = None, run: str | None = None) -> None:
+    """Deploys the API (route "/") and its /healthz front (health_front.py), without waiting.
+    `run`: this start's id, by which its stop reaches them (stopping.py)."""
     from ray import serve
 
     from .deployment import APP_NAME, build_application
     from .health_front import HEALTH_APP, HEALTH_ROUTE, build_health_front
 
-    serve.run(build_application(config, data_mark), name=APP_NAME, route_prefix="/", blocking=False)
-    serve.run(build_health_front(config), name=HEALTH_APP, route_prefix=HEALTH_ROUTE, blocking=False)
+    serve.run(build_application(config, data_mark, run), name=APP_NAME, route_prefix="/", blocking=False)
+    serve.run(build_health_front(config, run), name=HEALTH_APP, route_prefix=HEALTH_ROUTE, blocking=False)
 
 
 def _watch_replicas(wanted: int) -> None:
@@ -156,8 +161,15 @@ def _connect_ray(config: EngineConfig, address: str | None) -> bool:
     from pipedit.runtime.ray_instance import connect_ray
 
     cpus = sum(d[0] for d in replica_demand(replica_bundles(config)))
-    return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
-                       log_to_driver=False)
+    try:
+        return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
+                           log_to_driver=False)
+    except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
+        if RAY_START_TIMEOUT not in str(error):
+            raise
+        raise UserInputError(f"Ray's node did not come up in time ({error.args[0].split('.')[0]}), most likely "
+                             f"because the machine is busy or an earlier server's Ray is still stopping: wait until "
+                             f"the load drops or that Ray has exited, then start again") from None
 
 
 def _running_serve_port() -> int | None:
@@ -186,36 +198,72 @@ def _serve_port(wanted: int, port_given: bool, running: int | None) -> int:
     return running
 
 
-def _stop(stop_serve: bool, grace_s: float) -> None:
-    """Stops what this process started, within grace_s + STOP_TIMEOUT_S: the /healthz front and the
-    API at once (the API's replicas take no new job, let running ones finish for grace_s and hand
-    the rest back to the store's queue: PipeditServer.__del__), then Serve when `stop_serve` (we
-    started it on a shared cluster; on an instance of our own Ray's end takes it); the caller then
-    ends Ray."""
+def _stop(config: EngineConfig, run: str, *, stop_serve: bool, owns_ray: bool) -> None:
+    """Stops what this process started, in stopping.py's order, each step bounded: /healthz 503 and
+    no new claims at once; the running jobs handed back in the store within serve.stop_grace_s +
+    HAND_BACK_MARGIN_S; then, on a cluster this process did not start, the apps (and Serve when
+    `stop_serve`: we started it) within STOP_TIMEOUT_S. On an instance of our own there is nothing
+    left to wait for: the caller ends Ray, which takes the replicas at once."""
     import ray
+
+    from ..jobs.from_config import data_dir_for, store_for
+
+    if not ray.is_initialized():
+        return
+    grace_s, folder = config.serve.stop_grace_s, data_dir_for(config)
+    try:
+        stopping.announce(folder, run)
+    except OSError as error:  # the replicas stop claiming when Serve stops them instead
+        print(f"pipedit: could not leave the stop file in {folder}: {error}", file=sys.stderr, flush=True)
+    announced_at = time.monotonic()
+
+    def hand_back():
+        store = store_for(config, folder)
+        try:
+            stopping.hand_back(store, run, grace_s, announced_at)
+        finally:
+            store.close()
+
+    try:
+        _bounded(hand_back, grace_s + HAND_BACK_MARGIN_S, "handing the running jobs back to the store",
+                 f"they run again once their leases lapse ({config.serve.job_lease_s:g} s)")
+        if not owns_ray:
+            _bounded(lambda: _delete_apps(stop_serve), STOP_TIMEOUT_S, "stopping the app",
+                     "the cluster goes on stopping it")
+    finally:
+        with contextlib.suppress(OSError):
+            stopping.withdraw(folder, run)
+
+
+def _bounded(step, limit_s: float, what: str, otherwise: str) -> None:
+    """Runs `step` for at most `limit_s` seconds (in a thread left behind past it); says what
+    happens instead when it fails or takes longer."""
+    failed = []
+
+    def run():
+        try:
+            step()
+        except Exception as error:  # noqa: BLE001 - the stop goes on
+            failed.append(error)
+
+    worker = threading.Thread(target=run, daemon=True)
+    worker.start()
+    worker.join(limit_s)
+    if worker.is_alive() or failed:
+        why = f"failed ({failed[0]})" if failed else f"took more than {limit_s:.0f} s"
+        print(f"pipedit: {what} {why}; {otherwise}", file=sys.stderr, flush=True)
+
+
+def _delete_apps(stop_serve: bool) -> None:
     from ray import serve
 
     from .deployment import APP_NAME
     from .health_front import HEALTH_APP
 
-    if not ray.is_initialized():
-        return
-
-    def stop():
-        try:
-            serve.delete(HEALTH_APP, _blocking=False)  # without waiting: the API's stop starts at once
-            serve.delete(APP_NAME)
-            if stop_serve:
-                serve.shutdown()
-        except Exception as error:  # noqa: BLE001 - stopping anyway; Ray's end takes what is left
-            print(f"pipedit: stopping Serve failed: {error}", file=sys.stderr, flush=True)
-
-    worker = threading.Thread(target=stop, daemon=True)
-    worker.start()
-    worker.join(grace_s + STOP_TIMEOUT_S)
-    if worker.is_alive():
-        print(f"pipedit: the app did not stop within {grace_s + STOP_TIMEOUT_S:.0f} s; the cluster goes on "
-              f"stopping it", file=sys.stderr, flush=True)
+    serve.delete(HEALTH_APP, _blocking=False)  # without waiting: the API's stop starts at once
+    serve.delete(APP_NAME)
+    if stop_serve:
+        serve.shutdown()
 
 
 def _display_host(host: str) -> str:

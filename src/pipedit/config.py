@@ -236,6 +236,12 @@ class ServeConfig:
     # an answer sent before the body was read (413, 429) reads what the client still sends for at
     # most linger_s, so it can read the answer, then closes.
     header_timeout_s: float = 15.0
+    # Header floods: a request whose request line and headers pass max_header_bytes, or that sends
+    # more than max_header_lines header lines, gets 431 and its connection closes, before the bytes
+    # pile up in the proxy. Common servers cap far lower (nginx 4 x 8 KiB buffers, Apache 100 lines
+    # of 8 KiB, h11 16 KiB in all); 64 KiB leaves room for big cookies and bearer tokens.
+    max_header_bytes: int = 64 << 10
+    max_header_lines: int = 100
     body_timeout_s: float = 30.0
     body_min_rate: int = 64 << 10
     keep_alive_timeout_s: int = 5
@@ -271,7 +277,7 @@ class ServeConfig:
         for name in ("port", "max_queued", "max_queued_per_key", "max_cost", "num_replicas", "max_steps",
                      "max_prompt_chars", "max_side", "max_frames", "max_fps", "max_pixels", "max_body_bytes",
                      "max_upload_bytes", "max_image_pixels", "max_event_streams", "max_event_streams_per_key", "max_attempts",
-                     "body_min_rate", "keep_alive_timeout_s"):
+                     "body_min_rate", "keep_alive_timeout_s", "max_header_bytes", "max_header_lines"):
             value = getattr(self, name)
             if not _is_int(value) or value < (0 if name == "port" else 1):
                 raise UserInputError(f"serve.{name} must be a positive integer, got {value!r}")

@@ -106,3 +106,44 @@ def test_a_server_on_every_address_answers_any_host():
     front = _front(_Replicas(("ok", None)), [2], host="0.0.0.0")
     client = TestClient(HealthFront.__serve_build_asgi_app__(front), root_path="/healthz", base_url="http://127.0.0.1")
     assert client.get("/healthz", headers={"Host": "videos.example"}).status_code == 200
+
+
+def test_a_replicas_health_does_not_wait_for_the_thread_pool_that_streams_fill():
+    # The review: /healthz took 5.7 s with 300 event streams opened at once. Each stream's accept
+    # runs a sync route and dependency in the replica's thread pool, where Ray Serve 2.60 also runs a
+    # replica's plain (sync) methods; a coroutine method runs on the replica's event loop. Here: the
+    # pool full of blocked calls, the front's question (health) and Serve's (check_health) still
+    # answer at once.
+    import inspect
+    import threading
+
+    import anyio
+    from anyio import to_thread
+
+    from pipedit.serve.ray_app.deployment import PipeditServer
+
+    replica = SimpleNamespace(service=SimpleNamespace(health=lambda: ("ok", None), unfit=lambda: None))
+    release = threading.Event()
+
+    async def as_serve_calls(method):  # ray/serve/_private/replica.py: coroutines awaited, others in the pool
+        if inspect.iscoroutinefunction(method):
+            return await method(replica)
+        return await to_thread.run_sync(method, replica)
+
+    async def probe():
+        to_thread.current_default_thread_limiter().total_tokens = 4
+        try:
+            async with anyio.create_task_group() as group:
+                for _ in range(4):
+                    group.start_soon(to_thread.run_sync, release.wait)
+                await anyio.sleep(0.2)  # every thread of the pool is taken
+                try:
+                    with anyio.fail_after(2):
+                        return await as_serve_calls(PipeditServer.health), await as_serve_calls(
+                            PipeditServer.check_health)
+                finally:
+                    release.set()
+        finally:
+            release.set()
+
+    assert anyio.run(probe) == (("ok", None), None)

@@ -95,3 +95,18 @@ def test_slow_connections_are_held_open_and_healthz_is_timed(idle_server, capsys
     assert figures["healthz_probes"] > 5 and figures["healthz_server_errors"] == figures["healthz_unreachable"] == 0
     assert 0 < figures["healthz_p50_s"] <= figures["healthz_p99_s"]
     assert main(["bench", "load", "--endpoint", url, "--slow-connections", "-1"]) == 2
+
+
+def test_slow_connections_bring_header_floods_and_event_streams_time_healthz(idle_server, capsys):
+    # With --slow-connections the run also floods headers (the review's 4,000 lines of 65,000 bytes,
+    # 3 rounds of 2): each is answered 431 (serve.max_header_bytes), and the Serve proxy's memory
+    # is reported, or why it cannot be (this server is not Ray Serve). --event-streams N opens N
+    # streams on one job, then times /healthz.
+    url, _ = idle_server
+    code = main(["bench", "load", "--endpoint", url, "--requests", "1", "--concurrency", "1", "--timeout", "1",
+                 "--slow-connections", "2", "--slow-interval", "0.2", "--event-streams", "20"])
+    out = capsys.readouterr().out
+    assert code == 1, out  # the idle engine ends no job
+    assert "header floods: answered 431 x6; " in out and "proxy" in out, out
+    assert "/healthz with 20 event streams open: " in out and "statuses [200, 200, 200, 200, 200]" in out, out
+    assert main(["bench", "load", "--endpoint", url, "--event-streams", "-1"]) == 2

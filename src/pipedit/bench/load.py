@@ -4,7 +4,9 @@ Each of C workers submits a request, then polls it until it ends; a 429 is count
 (not retried). Meanwhile GET /healthz is timed every 0.1 s, and `slow_connections` slow clients
 (slow_clients.py) may be held open. The report: accepted / rejected / succeeded / failed /
 cancelled counts, 5xx answers, submit->terminal latency percentiles of the accepted jobs, /healthz
-latency percentiles and its 5xx, and how the server ended the slow clients. The run fails (exit 1)
+latency percentiles and its 5xx, and how the server ended the slow clients; with slow clients
+also header floods and the proxy's memory before and after them, and with `event_streams` the time
+/healthz takes while that many event streams are open (floods.py). The run fails (exit 1)
 when an accepted job did not reach a terminal state or any answer (/healthz too) was a 5xx."""
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
+from .floods import header_floods, streams_then_health
 from .slow_clients import HealthProbe, SlowClients
 
 TERMINAL = ("completed", "failed", "cancelled")
@@ -48,6 +51,8 @@ class LoadReport:
     slow_connections: int = 0  # slow clients held open at once
     slow_opened: int = 0  # slow clients opened in all (one more each time the server ended one)
     slow_ended: dict = field(default_factory=dict)  # how the server ended them: status or "closed" -> count
+    floods: dict | None = None  # header floods (with slow clients): floods.header_floods's answer
+    streams: dict | None = None  # /healthz under open event streams: floods.streams_then_health's answer
 
     def percentile(self, q: float, values: list[float] | None = None) -> float | None:
         values = self.latencies_s if values is None else values
@@ -82,6 +87,7 @@ class LoadReport:
             *([f"slow clients: {self.slow_connections} open at once, {self.slow_opened} opened in all; ended by "
                f"the server: {', '.join(f'{k} x{v}' for k, v in sorted(self.slow_ended.items())) or 'none'}"]
               if self.slow_connections else []),
+            *_flood_lines(self.floods), *_stream_lines(self.streams),
             "every accepted job ended in a terminal state, no 5xx (/healthz neither)" if self.ok else
             "FAILED: some accepted jobs did not end, or the server answered 5xx / was unreachable",
         ]
@@ -90,11 +96,13 @@ class LoadReport:
 
 def run_load(endpoint: str, requests: int, concurrency: int, duration: float | None = None, *,
              body: dict | None = None, api_key: str | None = None, timeout: float = 600.0,
-             progress: bool = False, slow_connections: int = 0, slow_interval_s: float = 5.0) -> LoadReport:
+             progress: bool = False, slow_connections: int = 0, slow_interval_s: float = 5.0,
+             event_streams: int = 0) -> LoadReport:
     """Sends up to `requests` create calls, `concurrency` at a time, none after `duration` seconds;
     waits up to `timeout` seconds (from the start) for every accepted job to end. Meanwhile times
     /healthz, with `slow_connections` slow clients open (one byte or header line every
-    `slow_interval_s`)."""
+    `slow_interval_s`) and, with them, header floods; then, with `event_streams`, times /healthz
+    while that many event streams follow one job."""
     base = endpoint.rstrip("/")
     body = body or {"prompt": "a load test: a red fox running through snow"}
     report, lock = LoadReport(), threading.Lock()
@@ -116,6 +124,7 @@ def run_load(endpoint: str, requests: int, concurrency: int, duration: float | N
         if slow_connections:
             slow.__enter__()
             time.sleep(min(1.0, slow_interval_s))  # all open before the burst
+            report.floods = header_floods(base)
         try:
             with ThreadPoolExecutor(max_workers=concurrency) as pool:
                 list(pool.map(one, range(requests)))
@@ -124,10 +133,38 @@ def run_load(endpoint: str, requests: int, concurrency: int, duration: float | N
                 slow.__exit__()
     bar.close()
     report.wall_s = time.monotonic() - started
+    if event_streams:
+        report.streams = _streams_case(base, event_streams, dict(body), api_key)
     report.healthz_latencies_s = probe.latencies_s
     report.healthz_server_errors, report.healthz_unreachable = probe.server_errors, probe.unreachable
     report.slow_connections, report.slow_opened, report.slow_ended = slow_connections, slow.opened, dict(slow.ended)
     return report
+
+
+def _flood_lines(floods: dict | None) -> list[str]:
+    if floods is None:
+        return []
+    answers = ", ".join(f"{k} x{v}" for k, v in sorted(floods["answers"].items()))
+    before, after = floods["rss_before"], floods["rss_after"]
+    memory = (f"proxy memory (RSS) {before / 2**20:.0f} MB before, {after / 2**20:.0f} MB after"
+              if before is not None and after is not None else floods["note"])
+    return [f"header floods: answered {answers}; {memory}"]
+
+
+def _stream_lines(streams: dict | None) -> list[str]:
+    if streams is None:
+        return []
+    if "note" in streams:
+        return [f"event streams: {streams['note']}"]
+    took = ", ".join("n/a" if s is None else f"{s:.2f} s" for s in streams["healthz_s"])
+    return [f"/healthz with {streams['opened']} event streams open: {took} (statuses {streams['statuses']})"]
+
+
+def _streams_case(base: str, streams: int, body: dict, api_key: str | None) -> dict:
+    code, reply = _call("POST", f"{base}/v1/videos", api_key, body)
+    if code != 200:
+        return {"note": f"not measured: the job to follow was refused ({code})"}
+    return streams_then_health(base, reply["id"], streams, api_key)
 
 
 def _ms(seconds: float | None) -> str:

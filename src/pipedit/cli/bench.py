@@ -261,7 +261,10 @@ def _add_load(kinds) -> None:
                    help="slow clients held open during the burst: half trickle a POST body, half a GET's "
                         "headers (default 0)")
     p.add_argument("--slow-interval", type=float, default=5.0,
-                   help="seconds between a slow client's bytes or header lines (default 5)")
+                   help="seconds between a slow client's bytes or header lines (default 5); slow clients "
+                        "also bring header floods, with the Serve proxy's memory before and after")
+    p.add_argument("--event-streams", type=int, default=0,
+                   help="after the burst, open this many event streams on one job and time /healthz (default 0)")
     p.add_argument("--json", action="store_true", help="print the figures as one JSON object")
     p.set_defaults(run=_run_load)
 
@@ -273,6 +276,8 @@ def _run_load(args) -> int:
     from ..bench.load import is_loopback, run_load
 
     _at_least_one(args, "requests", "concurrency")
+    if args.event_streams < 0:
+        raise UserInputError(f"--event-streams must be 0 or more, got {args.event_streams}")
     if args.slow_connections < 0 or args.slow_interval <= 0:
         raise UserInputError(f"--slow-connections must be 0 or more and --slow-interval positive, got "
                              f"{args.slow_connections} and {args.slow_interval}")
@@ -287,7 +292,8 @@ def _run_load(args) -> int:
             "num_inference_steps": args.steps}
     report = run_load(args.endpoint, args.requests, args.concurrency, args.duration, body=body,
                       api_key=args.api_key, timeout=args.timeout, progress=not args.json,
-                      slow_connections=args.slow_connections, slow_interval_s=args.slow_interval)
+                      slow_connections=args.slow_connections, slow_interval_s=args.slow_interval,
+                      event_streams=args.event_streams)
     print(json.dumps(report.summary()) if args.json else report.text())
     return 0 if report.ok else 1
 
