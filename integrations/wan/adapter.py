@@ -119,6 +119,12 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
             raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
                                  "copy is its checkpoint files); use idle_expert resident")
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The experts' compute dtype as loaded: after a swap under offload the idle expert's
+        parameters are views of its files, whose dtype (float32 in the demo) `.dtype` reports."""
+        return self.expert_set.compute_dtype if self.expert_set is not None else self.transformer.dtype
+
     def _boundary_timestep(self) -> float | None:
         """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""
         if not self.layout.two_experts:

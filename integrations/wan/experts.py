@@ -40,6 +40,9 @@ class Experts:
         self.homes = list(homes) if homes is not None else [None] * len(modules)
         # The dtype each tensor computes in (a mapped file may store another, e.g. float32).
         self.dtypes = [{name: t.dtype for name, t in _tensors(m)} for m in modules]
+        # The dtype the experts compute (and attend) in, read before any swap: afterwards the idle
+        # expert's `.dtype` reports its files' (float32 files under bf16 modules).
+        self.compute_dtype = _module_dtype(modules[0])
         if self.offload:
             self._send_home(1)  # the low-noise expert waits on the host until the first boundary
         self.uses = [0] * len(modules)  # forwards run per expert (tests check the switch happens)
@@ -134,6 +137,15 @@ def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:
     if isinstance(tensor, torch.nn.Parameter):
         data = torch.nn.Parameter(data, requires_grad=False)
     torch.utils.swap_tensors(tensor, data)
+
+
+def _module_dtype(module) -> torch.dtype:
+    """The module's compute dtype: diffusers' `dtype` (the first floating parameter outside the
+    modules it keeps in float32), else the first floating parameter's."""
+    dtype = getattr(module, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
 
 
 def _tensors(module) -> list:

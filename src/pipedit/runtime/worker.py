@@ -58,7 +58,7 @@ class DenoiseWorker(RankWorker):
         the whole video sequence for its heads; text is as long as this prompt's tokens)."""
         attention = self.adapter.attention_shape(request.shape)
         text_len = self.adapter.text_length(self.job.cond)
-        return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.transformer.dtype)
+        return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.compute_dtype)
 
     def pipesp_chunk(self) -> int | None:
         """Heads per PipeSP chunk the attention runs with now (None: synchronous or no Ulysses)."""

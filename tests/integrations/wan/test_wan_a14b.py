@@ -207,3 +207,27 @@ def test_generate_flag_guidance_scale_2_reaches_the_low_noise_expert(engine, tin
     ours = torch.load(latents_file)
     assert _relative(ours, engine.generate(_request(guidance_scale_2=2.0)).latents) <= 1e-6
     assert _relative(ours, engine.generate(_request()).latents) > 1e-3
+
+
+def test_aco_messages_keep_the_compute_dtype_after_a_swap(tiny_a14b):
+    """Aco helpers size their receive buffers by AcoShape.dtype. After a request ends on the
+    low-noise expert, offload has pointed the high-noise one at its files (float32 in the demo)
+    while the experts compute in bf16: the shape must still say bf16 (the file dtype made the
+    helpers wait for twice the bytes the senders send, until the operation deadline)."""
+    from types import SimpleNamespace
+
+    from pipedit.integrations.wan.adapter import WanAdapter
+    from pipedit.integrations.wan.experts import Experts
+    from pipedit.mapped_weights import mapped
+    from pipedit.runtime.worker import DenoiseWorker
+
+    adapter = WanAdapter.from_pretrained(tiny_a14b, parts={"dit"}, dtype=torch.bfloat16)
+    modules = adapter.experts
+    homes = [mapped(tiny_a14b / name, module) for name, module in zip(("transformer", "transformer_2"), modules)]
+    modules[0].to("meta")  # stands in for the device
+    adapter.expert_set = Experts(modules, 875.0, torch.device("meta"), "offload", homes)
+    adapter.expert_set.for_timestep(torch.tensor(100.0))  # the low-noise expert's step: a swap
+    assert adapter.transformer.dtype == torch.float32  # the idle expert reports its files' dtype
+    worker = DenoiseWorker.__new__(DenoiseWorker)
+    worker.adapter, worker.job = adapter, SimpleNamespace(cond={"prompt_embeds": torch.zeros(1, 512, 24)})
+    assert worker.aco_shape(_request()).dtype == torch.bfloat16
