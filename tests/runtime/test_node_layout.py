@@ -1,6 +1,8 @@
 """parallel.nodes: ranks split evenly in rank order; Ulysses groups inside a node, Ring across
 nodes, decode ranks on the last node; layouts that cannot keep that are refused with the fix."""
 
+from dataclasses import replace
+
 import pytest
 
 from pipedit.config import ParallelConfig
@@ -37,3 +39,16 @@ def test_nodes_from_config():
     assert WorldLayout.from_config(ParallelConfig(ulysses=2, ring=2, nodes=2), "dit").nodes == 2
     with pytest.raises(UserInputError, match="parallel.nodes must be an integer >= 1"):
         ParallelConfig(nodes=0)
+
+
+def test_aco_is_refused_across_nodes_and_auto_leaves_it_off():
+    """Across nodes the Aco helpers (decode ranks, last node) would take Q/K/V over the network on
+    every attention call: `on` is refused with the reason, `auto` lays the world out without it."""
+    with pytest.raises(UserInputError, match="aco on cannot span 2 nodes: the decode ranks"):
+        ParallelConfig(ulysses=2, decode_ranks=2, aco="on", nodes=2)
+    auto = ParallelConfig(ulysses=2, decode_ranks=2, aco="auto", nodes=2)
+    layout = WorldLayout.from_config(auto, "dit")
+    assert not layout.aco and [layout.node_of(rank) for rank in layout.decode_ranks] == [1, 1]
+    assert WorldLayout.from_config(replace(auto, nodes=1), "dit").aco  # on one node auto may use it
+    with pytest.raises(UserInputError, match="Aco cannot span 2 nodes"):
+        WorldLayout(ulysses=2, decode=2, aco=True, nodes=2)
