@@ -52,3 +52,24 @@ def test_aco_is_refused_across_nodes_and_auto_leaves_it_off():
     assert WorldLayout.from_config(replace(auto, nodes=1), "dit").aco  # on one node auto may use it
     with pytest.raises(UserInputError, match="Aco cannot span 2 nodes"):
         WorldLayout(ulysses=2, decode=2, aco=True, nodes=2)
+
+
+def test_a_rank_shares_its_nodes_cores_with_that_nodes_ranks_only(monkeypatch):
+    """Ranks over 2 nodes, 2 per node, on 16-core machines: each rank runs 8 torch threads (its
+    node's cores over its node's ranks), not 4 (the cores over the whole world's 4 ranks)."""
+    import torch
+    import torch.distributed as dist
+
+    from pipedit.config import EngineConfig
+    from pipedit.runtime.rank import CPU_THREADS_ENV, RankWorker
+
+    monkeypatch.delenv(CPU_THREADS_ENV, raising=False)
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    monkeypatch.setattr(dist, "init_process_group", lambda **_: None)  # the group itself is not under test
+    worker = RankWorker(EngineConfig(), WorldLayout(ulysses=2, ring=2, nodes=2), rank=2, environment={})
+    before = torch.get_num_threads()
+    try:
+        worker._init_process_group("file:///nowhere")
+        assert torch.get_num_threads() == 8
+    finally:
+        torch.set_num_threads(before)
