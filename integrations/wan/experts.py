@@ -130,6 +130,33 @@ def mapped_idle_expert(folder: Path, sibling: torch.nn.Module) -> tuple[torch.nn
     return module.requires_grad_(False).eval(), home
 
 
+def swap_after_compile_problem() -> str | None:
+    """Why this torch cannot swap the parameters of a module torch.compile has run (offload's
+    `_rebind`), or None when it can. Some torch versions' dynamo guards hold weak references to
+    the parameters they traced, and torch.utils.swap_tensors refuses a tensor with one: every
+    swap of a compiled expert (each A14B request's boundary) would fail. Probed on a small module
+    with dynamo's own guards (the eager backend: no kernels are built)."""
+    module = _SwapProbe()
+    compiled = torch.compile(module.forward, backend="eager", dynamic=None)
+    with torch.no_grad():
+        compiled(torch.ones(2, 4))
+    try:
+        _rebind(module.weight, module.weight.data.to(torch.float64))  # as to the files' dtype and back
+        _rebind(module.weight, module.weight.data.to(torch.float32))
+    except RuntimeError as error:
+        return f"torch {torch.__version__} refuses to swap a compiled module's parameters ({error})"
+    return None
+
+
+class _SwapProbe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 4), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
 def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:
     """`tensor` (a parameter or buffer, the same Python object afterwards) now holds `data`, whose
     dtype may differ (a mapped file may store another than the module computes in, which `.data =`

@@ -71,6 +71,12 @@ class AdapterHooks:
         default None: the model has no step cache (a request asking for one is refused)."""
         return None
 
+    # -- --compile (pipedit.runtime.compile) ----------------------------------------------------
+    def check_compile(self) -> None:
+        """Raises UserInputError when this loaded model cannot run compiled with its options on
+        this torch (Wan2.2 A14B's idle expert offload where torch refuses to swap a compiled
+        module's parameters); default: it can."""
+
     # -- LoRA adapters (pipedit.lora.inject.apply_loras) ---------------------------------------
     def check_loras(self) -> None:
         """Raises UserInputError when this loaded model cannot take LoRA adapters although its

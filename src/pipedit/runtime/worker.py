@@ -43,6 +43,7 @@ class DenoiseWorker(RankWorker):
         if self.config.model.compile:  # after the attention processors are final, before any block wrapper
             from .compile import apply_compile
 
+            self.adapter.check_compile()
             for transformer in self._transformers():
                 apply_compile(transformer, self.device)
         # Step caching agrees its decisions over every denoise rank; Aco helpers hear of skips.
