@@ -33,7 +33,7 @@ from pipedit.sampling import shift_parameter
 from pipedit.video_adapter import DiffusersVideoAdapter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
-from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert
+from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert, swap_after_compile_problem
 from .image_condition import clip_image_embeds, condition_channels, first_frame_latents
 from .sampler import make_scheduler
 from .text_encoding import DEFAULT_NEGATIVE_PROMPT, encode_text
@@ -118,6 +118,20 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
         if self.idle_expert == "offload" and self.layout.two_experts:
             raise UserInputError("LoRA adapters cannot be combined with idle_expert offload (the idle expert's host "
                                  "copy is its checkpoint files); use idle_expert resident")
+
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The experts' compute dtype as loaded: after a swap under offload the idle expert's
+        parameters are views of its files, whose dtype (float32 in the demo) `.dtype` reports."""
+        return self.expert_set.compute_dtype if self.expert_set is not None else self.transformer.dtype
+
+    def check_compile(self) -> None:
+        """--compile with the idle expert offloaded swaps compiled experts' parameters
+        (experts.py `_rebind`), which some torch versions refuse: refused at start, with why."""
+        if self.expert_set is not None and self.expert_set.offload and (problem := swap_after_compile_problem()):
+            raise UserInputError(f"--compile cannot be combined with idle_expert offload here: {problem}; the "
+                                 f"expert swap at every request's boundary would fail. Use idle_expert resident, run "
+                                 f"without --compile, or a torch whose swap_tensors accepts compiled parameters")
 
     def _boundary_timestep(self) -> float | None:
         """boundary_ratio * num_train_timesteps, as diffusers computes it (None: one expert)."""

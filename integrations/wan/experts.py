@@ -40,6 +40,9 @@ class Experts:
         self.homes = list(homes) if homes is not None else [None] * len(modules)
         # The dtype each tensor computes in (a mapped file may store another, e.g. float32).
         self.dtypes = [{name: t.dtype for name, t in _tensors(m)} for m in modules]
+        # The dtype the experts compute (and attend) in, read before any swap: afterwards the idle
+        # expert's `.dtype` reports its files' (float32 files under bf16 modules).
+        self.compute_dtype = _module_dtype(modules[0])
         if self.offload:
             self._send_home(1)  # the low-noise expert waits on the host until the first boundary
         self.uses = [0] * len(modules)  # forwards run per expert (tests check the switch happens)
@@ -127,6 +130,33 @@ def mapped_idle_expert(folder: Path, sibling: torch.nn.Module) -> tuple[torch.nn
     return module.requires_grad_(False).eval(), home
 
 
+def swap_after_compile_problem() -> str | None:
+    """Why this torch cannot swap the parameters of a module torch.compile has run (offload's
+    `_rebind`), or None when it can. Some torch versions' dynamo guards hold weak references to
+    the parameters they traced, and torch.utils.swap_tensors refuses a tensor with one: every
+    swap of a compiled expert (each A14B request's boundary) would fail. Probed on a small module
+    with dynamo's own guards (the eager backend: no kernels are built)."""
+    module = _SwapProbe()
+    compiled = torch.compile(module.forward, backend="eager", dynamic=None)
+    with torch.no_grad():
+        compiled(torch.ones(2, 4))
+    try:
+        _rebind(module.weight, module.weight.data.to(torch.float64))  # as to the files' dtype and back
+        _rebind(module.weight, module.weight.data.to(torch.float32))
+    except RuntimeError as error:
+        return f"torch {torch.__version__} refuses to swap a compiled module's parameters ({error})"
+    return None
+
+
+class _SwapProbe(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.weight = torch.nn.Parameter(torch.ones(4, 4), requires_grad=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x @ self.weight
+
+
 def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:
     """`tensor` (a parameter or buffer, the same Python object afterwards) now holds `data`, whose
     dtype may differ (a mapped file may store another than the module computes in, which `.data =`
@@ -134,6 +164,15 @@ def _rebind(tensor: torch.Tensor, data: torch.Tensor) -> None:
     if isinstance(tensor, torch.nn.Parameter):
         data = torch.nn.Parameter(data, requires_grad=False)
     torch.utils.swap_tensors(tensor, data)
+
+
+def _module_dtype(module) -> torch.dtype:
+    """The module's compute dtype: diffusers' `dtype` (the first floating parameter outside the
+    modules it keeps in float32), else the first floating parameter's."""
+    dtype = getattr(module, "dtype", None)
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    return next((p.dtype for p in module.parameters() if p.is_floating_point()), torch.float32)
 
 
 def _tensors(module) -> list:

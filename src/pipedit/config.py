@@ -147,6 +147,10 @@ class ParallelConfig:
         if self.cfg_parallel and self.aco == "on":
             raise UserInputError("aco on cannot be combined with cfg_parallel (Aco helpers serve one SP group); "
                                  "use --aco off or drop --cfg-parallel")
+        if self.aco == "on" and self.nodes > 1:
+            raise UserInputError(f"aco on cannot span {self.nodes} nodes: the decode ranks (the Aco helpers) sit on "
+                                 f"the last node, so every attention call would send Q/K/V over the network; use "
+                                 f"--aco off or auto (auto leaves Aco off across nodes), or --nodes 1")
         if self.aco == "on" and (self.decode_ranks == 0 or self.ring > 1):
             raise UserInputError("aco on needs decode ranks (--decode-ranks N or auto) and --ring 1 "
                                  "(decode ranks take a share of the Ulysses heads)")

@@ -54,6 +54,13 @@ class AdapterHooks:
         transformer (Wan2.2 A14B: both experts)."""
         return [self.transformer]
 
+    @property
+    def compute_dtype(self) -> torch.dtype:
+        """The dtype the DiT computes and attends in (sizes Aco's messages and PipeSP's probes);
+        default: the transformer's. An adapter whose idle weights may sit in another dtype (Wan2.2
+        A14B offload: the idle expert's files) answers from what it loaded."""
+        return self.transformer.dtype
+
     # The chooser of the expert of each timestep for models that switch transformers during
     # denoising (Wan2.2 A14B: its Experts, whose index_for(timestep) picks one); None: one DiT.
     expert_set: Any = None
@@ -63,6 +70,12 @@ class AdapterHooks:
         """The transformer's blocks as the step cache sees them (pipedit.cache.blocks.CacheBlocks);
         default None: the model has no step cache (a request asking for one is refused)."""
         return None
+
+    # -- --compile (pipedit.runtime.compile) ----------------------------------------------------
+    def check_compile(self) -> None:
+        """Raises UserInputError when this loaded model cannot run compiled with its options on
+        this torch (Wan2.2 A14B's idle expert offload where torch refuses to swap a compiled
+        module's parameters); default: it can."""
 
     # -- LoRA adapters (pipedit.lora.inject.apply_loras) ---------------------------------------
     def check_loras(self) -> None:

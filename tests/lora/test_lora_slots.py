@@ -81,3 +81,27 @@ def test_switching_through_slots_gives_the_eager_outputs_without_compiling_again
     assert control_counted.graphs > graphs[0]  # set_adapters: a new set compiles again
     assert (outputs[0] - outputs[1]).abs().max() > 1e-2 * outputs[1].abs().max()  # the adapters act
     assert torch.equal(outputs[1], outputs[5]) and slots.switches == 6
+
+
+def test_slots_are_as_many_as_the_adapters_offered(tmp_path):
+    """One adapter offered under the default max_gpu_loras (4): one slot per adapted layer, not
+    four (three would run zero LoRA pairs at every step), and it still gives the eager output."""
+    from pipedit.integrations.wan.demo_checkpoint import WanDims, write_demo_checkpoint
+
+    checkpoint = write_demo_checkpoint(tmp_path / "wan", WanDims(heads=2, head_dim=8, text_dim=16, ffn_dim=24, seed=4))
+    style, _ = write_wan_adapters(checkpoint, tmp_path)
+    model = ModelConfig(path=str(checkpoint), offered_loras={"style": str(style)}, compile=True)
+    assert model.max_gpu_loras == 4
+    components, eager = _transformer(checkpoint, model)
+    switch = RankLoras(components, model, torch.device("cpu"))
+    slot_components, slotted = _transformer(checkpoint, model)
+    slots = SlotLoras(slot_components, model, torch.device("cpu"))
+    assert slots.layers["transformer"] and all(list(layer.lora_A) == ["slot0"]
+                                               for layer in slots.layers["transformer"].values())
+    request = VideoRequest("x", loras=({"name": "style", "scale": 0.8},))
+    switch.activate(request)
+    slots.activate(request)
+    inputs = _inputs(eager)
+    with torch.no_grad():
+        expected, got = eager(**inputs)[0], slotted(**inputs)[0]
+    assert (got - expected).abs().max() <= 1e-5 * expected.abs().max()

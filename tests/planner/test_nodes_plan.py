@@ -27,6 +27,15 @@ def test_only_layouts_that_keep_ulysses_inside_a_node():
     assert len(found) < len(candidates(model, 16))  # one 16-GPU node would allow more
 
 
+
+def test_aco_is_never_planned_across_nodes():
+    """Aco's helpers are decode ranks, on the last node: across nodes every attention call would
+    cross the network, so no candidate over two nodes uses it (one 16-GPU node may)."""
+    model = full_size("hunyuan-video")
+    assert not any(c.aco for c in candidates(model, 16, per_node=8))
+    assert any(c.aco for c in candidates(model, 16))
+
+
 def test_a_slower_network_slows_the_ring_across_nodes_and_the_handoff():
     model = full_size("hunyuan-video")
     fast, slow = _two_nodes(3200), _two_nodes(10)

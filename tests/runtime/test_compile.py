@@ -41,7 +41,7 @@ def _result(checkpoint, case: Case, compile: bool, cache: str | None = None) -> 
                            steps=case.steps, seed=case.seed, cache=cache)
     shape = GenerationDefaults(height=case.height, width=case.width, num_frames=case.frames, steps=case.steps)
     with Engine(EngineConfig(model=ModelConfig(path=str(checkpoint), compile=compile), generation=shape)) as engine:
-        assert engine.pipeline.compiled_shapes == ({request.shape} if compile else None)  # warmed up
+        assert engine.pipeline.compiled_keys == ({regional.graph_key(request)} if compile else None)  # warmed up
         result = engine.generate(request)
     return result.latents, result.timings
 
@@ -145,6 +145,64 @@ def test_attention_runs_outside_the_graphs(demo_checkpoint):
     adapter.predict_noise(latents, adapter.make_scheduler(SamplingParams(steps=2))[1][0], cond, 6.0)
     assert True in traced  # the blocks were traced...
     assert seen and not any(seen)  # ...and every attention call ran eagerly
+
+
+class _CountingBackend:
+    """Counts the graphs dynamo hands over and runs each as captured (what is counted is
+    dynamo's compiles; inductor would only make them slower)."""
+
+    def __init__(self):
+        self.graphs = 0
+
+    def __call__(self, graph, inputs):
+        self.graphs += 1
+        return graph.forward
+
+
+def test_after_the_warm_up_a_new_prompt_length_compiles_nothing(demo_checkpoint):
+    """HunyuanVideo sends only a prompt's valid text tokens, so prompts of other lengths reach the
+    blocks at other text sizes. After the warm-up's two prompts (compile.WARM_UP_PROMPTS) the
+    text dimension is dynamic: a third length at the warmed-up video shape compiles no graph (it
+    would otherwise recompile inside an ordinary step, under a step's deadlines), and each
+    forward equals the eager one. Control: after one prompt only, a new length does compile."""
+    from pipedit.adapter import VideoShape, load_adapter
+
+    eager = load_adapter(demo_checkpoint)
+    shape = VideoShape(CASE.height, CASE.width, CASE.frames)
+    latents = eager.prepare_latents(shape, torch.Generator().manual_seed(0))
+    timestep = eager.make_scheduler(SamplingParams(steps=2))[1][0]
+    prompts = (*regional.WARM_UP_PROMPTS, "a fox")
+
+    def run(warm_ups: int) -> tuple[list[int], list[int]]:
+        torch._dynamo.reset()  # graphs are per code object: a fresh start for each run
+        adapter, counted = load_adapter(demo_checkpoint), _CountingBackend()
+        regional.compile_blocks(adapter.transformer, backend=counted)
+        graphs, lengths = [], []
+        for prompt in prompts[:warm_ups] + prompts[-1:]:
+            cond = adapter.prepare_condition(adapter.encode_prompt(prompt))
+            lengths.append(adapter.text_length(cond))
+            got = adapter.predict_noise(latents, timestep, cond, 6.0)
+            expected = eager.predict_noise(latents, timestep, eager.prepare_condition(eager.encode_prompt(prompt)), 6.0)
+            assert (got - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
+            graphs.append(counted.graphs)
+        return graphs, lengths
+
+    graphs, lengths = run(warm_ups=2)
+    assert len(set(lengths)) == 3  # three prompt lengths, one video shape
+    assert graphs[0] > 0 and graphs[2] == graphs[1]
+    control, _ = run(warm_ups=1)
+    assert control[1] > control[0]
+
+
+def test_the_compile_window_is_keyed_on_guidance_and_image_not_the_prompt():
+    """The first-compile allowance (widened deadlines) opens for each new graph key: the video
+    shape, one or two guidance branches, an image condition; a prompt of another length is
+    the same key (its text dimension compiles dynamic)."""
+    base = VideoRequest("a fox", height=64, width=64, num_frames=5, steps=2, guidance_scale=6.0)
+    assert regional.graph_key(base) == regional.graph_key(replace(base, prompt="a fox in the snow at dawn"))
+    assert regional.graph_key(base) != regional.graph_key(replace(base, guidance_scale=1.0))
+    assert regional.graph_key(base) != regional.graph_key(replace(base, image=b"png"))
+    assert regional.graph_key(base) != regional.graph_key(replace(base, height=96))
 
 
 def test_no_compiler_is_an_error_naming_the_fix(monkeypatch):

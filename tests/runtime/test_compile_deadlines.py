@@ -4,8 +4,11 @@ rebuild_timeout_s; the first forward of a video shape the group has not run gets
 widened by first_compile_s (the ranks' operation deadline, capped below the group timeout, and
 the driver's call bound), and its time is not taken for a step's."""
 
+from dataclasses import replace
+
 from pipedit.config import OP_SHARE_OF_GROUP_TIMEOUT, ReliabilityConfig
 from pipedit.request import VideoRequest
+from pipedit.runtime.compile import WARM_UP_PROMPTS, graph_key
 from pipedit.runtime.layout import WorldLayout
 from pipedit.runtime.request_pipeline import RequestPipeline
 
@@ -69,12 +72,14 @@ def test_the_warm_up_compiles_the_configured_shape_under_the_rebuild_timeout():
     executor = RecordingExecutor()
     pipeline = _pipeline(executor)
     pipeline.warm_up(_request(64))
+    forward = [("encode_prompt", 600.0), ("begin", 600.0), ("time_forward", 600.0), ("drop_job", 600.0)]
     assert [(method, timeout) for method, _, timeout in executor.calls] == [
-        ("set_op_deadline", 600.0), ("encode_prompt", 600.0), ("begin", 600.0), ("time_forward", 600.0),
-        ("drop_job", 600.0), ("set_op_deadline", 600.0)]
+        ("set_op_deadline", 600.0), *forward, *forward, ("set_op_deadline", 600.0)]
+    # Two prompt lengths: the second makes the text dimension dynamic (runtime/compile.py).
+    assert [args[0].prompt for method, args, _ in executor.calls if method == "encode_prompt"] == list(WARM_UP_PROMPTS)
     assert [args for method, args, _ in executor.calls if method == "set_op_deadline"] == [(COMPILE_OP_S,),
                                                                                            (STEP_OP_S,)]
-    assert pipeline.compiled_shapes == {_request(64).shape}
+    assert pipeline.compiled_keys == {graph_key(_request(64))}
     assert pipeline.deadlines.compile_s == 0.0
 
 
@@ -91,6 +96,10 @@ def test_only_the_first_forward_of_a_new_shape_gets_the_compile_allowance():
                                                  COMPILE_CALL_S, STEP_CALL_S,  # 96: its first forward compiles
                                                  STEP_CALL_S, STEP_CALL_S]  # 96 again: compiled
     assert len(widened) == 1
+    executor.calls.clear()
+    list(pipeline.run([_request(96), replace(_request(96), guidance_scale=1.0)]))
+    steps = [timeout for method, _, timeout in executor.calls if method == "step"]
+    assert steps == [STEP_CALL_S, STEP_CALL_S, COMPILE_CALL_S, STEP_CALL_S]  # unguided: one branch, new graphs
     deadlines_sent = [args[0] for method, args, _ in executor.calls if method == "set_op_deadline"]
     assert deadlines_sent == [COMPILE_OP_S, STEP_OP_S]  # around that forward only
     assert pipeline.deadlines.slowest_step_s < 1.0  # the compiling forward was not observed as a step

@@ -4,8 +4,8 @@ Switching by set_adapters (pipedit.lora.switch) changes which peft adapters a la
 the compiled blocks guard on that: every new set of active adapters recompiles them, and past
 dynamo's recompile limit (8 variants per block class) they silently run eagerly (measured on the
 tiny Wan: the fourth distinct set hit it). Here every layer any named adapter touches holds
-`model.max_gpu_loras` slot adapters, always active, of the largest rank among the adapters; a
-request's activation writes its adapters' weights into the slots (zero-padded to that rank, each
+min(`model.max_gpu_loras`, adapters offered for its model) slot adapters, always active, of the
+largest rank among the adapters; a request's activation writes its adapters' weights into the slots (zero-padded to that rank, each
 B and bias already multiplied by its file's alpha/r and the request's scale, the slot's own
 scaling being 1) and zeroes the slots it leaves unused. Nothing the graphs guard on changes, so
 a switch never recompiles (tests/lora/test_lora_slots.py counts the graphs).
@@ -38,7 +38,9 @@ class SlotLoras:
         self.models = {t: components[t] for t in TRANSFORMERS
                        if t in components and getattr(components[t], "_hf_peft_config_loaded", False)}
         self.config = model_config
-        self.slots = model_config.max_gpu_loras
+        # target -> its slot count: a request holds at most max_gpu_loras adapters, and at most
+        # as many as the target is offered (a slot no adapter can fill would run zeros every step).
+        self.slots: dict[str, int] = {}
         self.run = {t: ([] if model_config.fuse_loras else
                         [(run_adapter(i), spec.scale) for i, spec in enumerate(model_config.run_loras)
                          if t in spec.targets])
@@ -49,16 +51,17 @@ class SlotLoras:
         for target, model in self.models.items():
             names = [name for name, spec in model_config.offered_loras if target in spec.targets]
             self.weights[target] = {name: _read(model, named_adapter(name)) for name in names}
-            self.layers[target] = _add_slots(model, self.weights[target], self.slots)
+            self.slots[target] = min(model_config.max_gpu_loras, len(names))
+            self.layers[target] = _add_slots(model, self.weights[target], self.slots[target])
             if names:
                 model.delete_adapters([named_adapter(name) for name in names])
-            slots = [(slot_adapter(i), 1.0) for i in range(self.slots)] if self.layers[target] else []
+            slots = [(slot_adapter(i), 1.0) for i in range(self.slots[target])] if self.layers[target] else []
             active = self.run[target] + slots
             if active:
                 model.set_adapters([n for n, _ in active], [s for _, s in active])
             else:
                 model.disable_lora()
-        self.in_slot: dict[str, list] = {t: [None] * self.slots for t in self.models}  # (name, scale) per slot
+        self.in_slot: dict[str, list] = {t: [None] * self.slots[t] for t in self.models}  # (name, scale) per slot
         self.current: tuple | None = ()
         self.switches = 0
 

@@ -172,7 +172,9 @@ def candidates(model: ModelSpec, gpus: int, idle_experts: tuple[str, ...] = IDLE
             chunks = [None] + ([c for c in (1, 2, 4, 8) if c < _local_heads(model.heads, ulysses)]
                                if ulysses > 1 else [])
             for chunk in chunks:
-                for aco in (False, True) if decode and ring == 1 else (False,):
+                # Aco on one node only: across nodes its helpers (the last node's) would receive
+                # Q/K/V over the network on every attention call.
+                for aco in (False, True) if decode and ring == 1 and per_node >= gpus else (False,):
                     for tiled in (False, True) if model.vae_tiling else (False,):
                         found += [Candidate(decode, ulysses, ring, chunk, aco, tiled, idle_expert=idle)
                                   for idle in experts]

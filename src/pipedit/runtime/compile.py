@@ -29,6 +29,19 @@ What is compiled, and the hazards that decide it:
   Inputs of other strides get their own graph too (HunyuanVideo's single-stream blocks after the
   first receive a slice). Dynamo's recompile limit per block class bounds the variants; past it
   that class runs eagerly (dynamo warns), never wrongly.
+- The prompt's length: HunyuanVideo and HunyuanVideo 1.5 send only the valid text tokens, so
+  each prompt length is another size of the blocks' text inputs (and of what follows from them:
+  the joint sequence, its mask, the resumed frames after each attention break). The warm-up runs
+  two prompts of different lengths (WARM_UP_PROMPTS): the second recompiles once and dynamo's
+  automatic dynamic makes every text-sized dimension symbolic, so no later prompt length
+  compiles (measured on the demo: lengths 6, 34, 48, 2 -> one recompile, at 34). Marking the
+  block's text argument dynamic up front does not reach the resumed frames and the strides of
+  the sliced single-stream inputs (the same recompile, measured). Padding the text to buckets
+  would put padded keys into the attention: a key mask the Ulysses, Ring and Aco paths do not
+  carry, and a softmax that differs from the unpadded reference's; the two-prompt warm-up keeps
+  the outputs the reference's. What still changes the graphs (the video shape, one or two
+  guidance branches per forward, an image condition) is graph_key: a request's first forward of
+  a key the group has not run gets the first-compile deadlines.
 - Inductor needs a C++ compiler on CPU and Triton on CUDA. Without one apply_compile raises a
   UserInputError naming the fix: the user asked for --compile, and a silent eager fallback would
   report eager speed as compiled.
@@ -41,6 +54,18 @@ from collections import Counter
 import torch
 
 from ..errors import UserInputError
+from ..guidance import guidance_applies
+
+# Two prompts whose token counts differ for every family's tokenizer (see the notes above).
+WARM_UP_PROMPTS = ("a red fox running through snow",
+                   "a lighthouse on a rocky coast at dusk, waves breaking below, gulls circling the lamp")
+
+
+def graph_key(request) -> tuple:
+    """What decides a request's compiled graphs besides the model: its video shape, whether it
+    is guided (one or two CFG branches in a forward) and whether it carries an image condition.
+    Not the prompt's length: after the warm-up its dimension is dynamic (see the notes above)."""
+    return request.shape, guidance_applies(request.guidance_scale), request.image is not None
 
 
 def compiler_problem(device: torch.device) -> str | None:

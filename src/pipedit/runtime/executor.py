@@ -59,7 +59,7 @@ class RayExecutor:
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
-        env = {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(layout.world_size)}
+        env = {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(layout.ranks_per_node)}
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         try:
@@ -196,11 +196,11 @@ def fault_env() -> dict[str, str]:
     return {faults.ENV: spec, faults.ONCE_DIR_ENV: once_dir}
 
 
-def _thread_env(world_size: int) -> dict[str, str]:
+def _thread_env(ranks_on_node: int) -> dict[str, str]:
     """PIPEDIT_CPU_THREADS, checked here (a bad value fails the start), for the rank actors."""
     if not os.environ.get(CPU_THREADS_ENV):
         return {}
-    return {CPU_THREADS_ENV: str(cpu_threads_per_rank(world_size))}
+    return {CPU_THREADS_ENV: str(cpu_threads_per_rank(ranks_on_node))}
 
 
 def _rank_bundles(layout: WorldLayout, use_gpu: bool):

@@ -42,7 +42,9 @@ class WorldLayout:
         return cls(
             ulysses=parallel.ulysses, ring=parallel.ring, decode=decode,
             text_on=text_on if decode else "dit",
-            aco=decode > 0 and parallel.ring == 1 and parallel.aco != "off" and not parallel.cfg_parallel,
+            # Not across nodes: the helpers sit on the last node, the attention on the others.
+            aco=(decode > 0 and parallel.ring == 1 and parallel.aco != "off" and not parallel.cfg_parallel
+                 and parallel.nodes == 1),
             handoff=parallel.handoff, cfg=2 if parallel.cfg_parallel else 1,
             split_decode=decode >= 2 and parallel.split_decode != "off", nodes=parallel.nodes,
         )
@@ -106,6 +108,9 @@ def _check_node_split(layout: WorldLayout) -> None:
             f"{shape} on {nodes} nodes put {per_node} ranks on each, so Ulysses group {list(crossing[0])} would "
             f"cross nodes (its all-to-all runs every layer); ranks per node must be a multiple of --ulysses: "
             f"use a smaller --ulysses and a larger --ring (Ring crosses nodes), or fewer --nodes")
+    if layout.aco:
+        raise UserInputError(f"{shape}: Aco cannot span {nodes} nodes (its helpers, the decode ranks, sit on the "
+                             f"last node and Q/K/V would cross the network on every attention call)")
     if layout.decode > per_node:
         raise UserInputError(f"{shape}: the {layout.decode} decode ranks sit on the last node, which holds "
                              f"{per_node} ranks; use at most {per_node} decode ranks or fewer --nodes")

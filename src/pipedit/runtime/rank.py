@@ -143,7 +143,7 @@ class RankWorker:
         """`rendezvous`: rank 0's rendezvous_address."""
         import torch.distributed as dist
 
-        torch.set_num_threads(cpu_threads_per_rank(self.layout.world_size))
+        torch.set_num_threads(cpu_threads_per_rank(self.layout.ranks_per_node))  # this node's ranks share its cores
         options = {}
         if self.device.type == "cuda":
             torch.cuda.set_device(self.device)
@@ -238,12 +238,13 @@ class RankWorker:
 CPU_THREADS_ENV = "PIPEDIT_CPU_THREADS"
 
 
-def cpu_threads_per_rank(world_size: int) -> int:
+def cpu_threads_per_rank(ranks_on_node: int) -> int:
     """torch threads of one rank of a multi-rank world: PIPEDIT_CPU_THREADS where set, else the
-    machine's cores shared evenly among the ranks (they run on one host when they run on CPU)."""
+    node's cores shared evenly among the ranks it holds (WorldLayout.ranks_per_node: on several
+    nodes a rank shares its cores with its own node's ranks only, not the whole world's)."""
     given = os.environ.get(CPU_THREADS_ENV)
     if given:
         if not given.isdigit() or int(given) < 1:
             raise UserInputError(f"{CPU_THREADS_ENV}={given!r}: expected a whole number of threads >= 1")
         return int(given)
-    return max(1, (os.cpu_count() or 1) // world_size)
+    return max(1, (os.cpu_count() or 1) // ranks_on_node)

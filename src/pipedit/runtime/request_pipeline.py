@@ -21,8 +21,8 @@ from typing import Callable, Iterable, Iterator
 from ..attention.aco import AcoShape
 from ..attention.autotune import pick_faster
 from ..config import ReliabilityConfig
-from ..request import (RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult,
-                       VideoShape)
+from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
+from .compile import WARM_UP_PROMPTS, graph_key
 from .deadlines import DecodePrediction, Deadlines
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
@@ -40,7 +40,7 @@ class RequestPipeline:
                  predict_decode: DecodePrediction | None = None, compiled: bool = False):
         """rebuild: tears the rank group down and starts a new one (sets self.executor).
         predict_decode: the planner's seconds for one decode of a shape on the decode GPUs.
-        compiled: model.compile (the first forward of each new video shape compiles its graphs)."""
+        compiled: model.compile (the first forward of each new graph_key compiles its graphs)."""
         self.executor = executor
         self.rebuild = rebuild
         self.deadlines = Deadlines(reliability, predict_decode)
@@ -49,25 +49,30 @@ class RequestPipeline:
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
         self.split_units: dict = {}  # VideoShape -> units of a split decode, asked once per shape
-        # model.compile: the video shapes this rank group has compiled graphs for (None: eager).
-        self.compiled_shapes: set[VideoShape] | None = set() if compiled else None
+        # model.compile: the graph keys (video shape, guidance, image; compile.graph_key) this rank
+        # group has compiled graphs for (None: eager).
+        self.compiled_keys: set[tuple] | None = set() if compiled else None
 
     def warm_up(self, request: VideoRequest) -> None:
-        """model.compile, on a new rank group: one forward of `request` on the denoise ranks now,
-        under rebuild_timeout_s, so that the configured shape's graphs are compiled before any
-        request's step deadlines run (the group's ranks compile at their own pace: their
+        """model.compile, on a new rank group: forwards of `request` (with each warm-up prompt) on
+        the denoise ranks now, under rebuild_timeout_s, so that the configured shape's graphs,
+        dynamic in the text length, are compiled before any request's step deadlines run (the group's ranks compile at their own pace: their
         operation deadline is widened meanwhile, as for a request's first forward)."""
         limit, ex = self.deadlines.config.rebuild_timeout_s, self.executor
-        self.compiled_shapes = set()
-        with self.first_compile(request.shape, limit):
-            cond = ex.call_rank(self.layout.text_rank, "encode_prompt", request, timeout=limit)
-            ex.call("begin", request, cond, timeout=limit)
-            ex.call("time_forward", False, timeout=limit)
-            ex.call("drop_job", timeout=limit)
+        self.compiled_keys = set()
+        with self.first_compile(graph_key(request), limit):
+            # Two prompt lengths: the second makes the text dimension dynamic (compile.py), so
+            # that no later prompt compiles inside an ordinary step.
+            for prompt in WARM_UP_PROMPTS:
+                warm = replace(request, prompt=prompt)
+                cond = ex.call_rank(self.layout.text_rank, "encode_prompt", warm, timeout=limit)
+                ex.call("begin", warm, cond, timeout=limit)
+                ex.call("time_forward", False, timeout=limit)
+                ex.call("drop_job", timeout=limit)
 
     @contextlib.contextmanager
-    def first_compile(self, shape: VideoShape, call_timeout: float | None = None) -> Iterator[None]:
-        """model.compile: the first forward of a video shape this group has not run compiles its
+    def first_compile(self, key: tuple, call_timeout: float | None = None) -> Iterator[None]:
+        """model.compile: the first forward of a graph key this group has not run compiles its
         graphs, each rank at its own pace while its peers (and Aco helpers, waiting for headers)
         sit in collectives: for it every rank's operation deadline and the driver's call bound
         grow by first_compile_s. Back to the step deadline once it has run (a failure leaves the
@@ -79,7 +84,7 @@ class RequestPipeline:
             yield
         self.executor.call_all("set_op_deadline", deadlines.op_s, timeout=call_timeout or deadlines.call_s)
         deadlines.sent_op_s = deadlines.op_s
-        self.compiled_shapes.add(shape)
+        self.compiled_keys.add(key)
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
@@ -190,8 +195,9 @@ class _Run:
         aco_steps = 0
         for index in range(total):
             self._check_cancelled(request)  # between steps: a cancelled request stops within one
-            compiles = index == 0 and self.s.compiled_shapes is not None and request.shape not in self.s.compiled_shapes
-            with self.s.first_compile(request.shape) if compiles else contextlib.nullcontext():
+            key = graph_key(request)
+            compiles = index == 0 and self.s.compiled_keys is not None and key not in self.s.compiled_keys
+            with self.s.first_compile(key) if compiles else contextlib.nullcontext():
                 use_aco = self._aco_now(request)  # may time forwards (Aco's measurement): inside too
                 step_start = time.perf_counter()
                 done = self._step(request, use_aco)

@@ -60,7 +60,7 @@ class SequenceParallelRuntime:
             options["plan"] = plan_aco(adapter.num_heads, layout.denoise_ranks, layout.decode_ranks)
         strategy = get_attention_strategy(name, ctx, **options)
         calls = adapter.enable_sequence_parallel(ctx, strategy)
-        return cls(ctx, strategy, parallel, adapter.transformer.dtype, calls, layout.aco)
+        return cls(ctx, strategy, parallel, adapter.compute_dtype, calls, layout.aco)
 
     def prepare(self, adapter, request: VideoRequest) -> None:
         if self.parallel.pipesp_chunk == "auto":

@@ -43,6 +43,7 @@ class DenoiseWorker(RankWorker):
         if self.config.model.compile:  # after the attention processors are final, before any block wrapper
             from .compile import apply_compile
 
+            self.adapter.check_compile()
             for transformer in self._transformers():
                 apply_compile(transformer, self.device)
         # Step caching agrees its decisions over every denoise rank; Aco helpers hear of skips.
@@ -58,7 +59,7 @@ class DenoiseWorker(RankWorker):
         the whole video sequence for its heads; text is as long as this prompt's tokens)."""
         attention = self.adapter.attention_shape(request.shape)
         text_len = self.adapter.text_length(self.job.cond)
-        return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.transformer.dtype)
+        return AcoShape(attention.seq_len, text_len, attention.head_dim, self.adapter.compute_dtype)
 
     def pipesp_chunk(self) -> int | None:
         """Heads per PipeSP chunk the attention runs with now (None: synchronous or no Ulysses)."""

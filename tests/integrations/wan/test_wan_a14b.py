@@ -207,3 +207,87 @@ def test_generate_flag_guidance_scale_2_reaches_the_low_noise_expert(engine, tin
     ours = torch.load(latents_file)
     assert _relative(ours, engine.generate(_request(guidance_scale_2=2.0)).latents) <= 1e-6
     assert _relative(ours, engine.generate(_request()).latents) > 1e-3
+
+
+def test_aco_messages_keep_the_compute_dtype_after_a_swap(tiny_a14b):
+    """Aco helpers size their receive buffers by AcoShape.dtype. After a request ends on the
+    low-noise expert, offload has pointed the high-noise one at its files (float32 in the demo)
+    while the experts compute in bf16: the shape must still say bf16 (the file dtype made the
+    helpers wait for twice the bytes the senders send, until the operation deadline)."""
+    from types import SimpleNamespace
+
+    from pipedit.integrations.wan.adapter import WanAdapter
+    from pipedit.integrations.wan.experts import Experts
+    from pipedit.mapped_weights import mapped
+    from pipedit.runtime.worker import DenoiseWorker
+
+    adapter = WanAdapter.from_pretrained(tiny_a14b, parts={"dit"}, dtype=torch.bfloat16)
+    modules = adapter.experts
+    homes = [mapped(tiny_a14b / name, module) for name, module in zip(("transformer", "transformer_2"), modules)]
+    modules[0].to("meta")  # stands in for the device
+    adapter.expert_set = Experts(modules, 875.0, torch.device("meta"), "offload", homes)
+    adapter.expert_set.for_timestep(torch.tensor(100.0))  # the low-noise expert's step: a swap
+    assert adapter.transformer.dtype == torch.float32  # the idle expert reports its files' dtype
+    worker = DenoiseWorker.__new__(DenoiseWorker)
+    worker.adapter, worker.job = adapter, SimpleNamespace(cond={"prompt_embeds": torch.zeros(1, 512, 24)})
+    assert worker.aco_shape(_request()).dtype == torch.bfloat16
+
+
+def test_compiled_experts_swap_to_their_files_and_back(tiny_a14b):
+    """--compile with idle_expert offload: a compiled expert's parameters are swapped
+    (torch.utils.swap_tensors) to its mapped files and back, and it still gives the eager
+    output. Some torch versions' dynamo guards keep weak references that swap_tensors refuses;
+    this runs on whatever torch is installed: where the probe says this torch refuses, the swap
+    must indeed fail and the start refuses the combination naming the torch version. The swap
+    runs on the host (a CPU has no offload of its own: Experts' swap steps are called directly)."""
+    from diffusers import WanTransformer3DModel
+
+    from pipedit.integrations.wan.adapter import WanAdapter
+    from pipedit.integrations.wan.experts import Experts, swap_after_compile_problem
+    from pipedit.mapped_weights import mapped
+    from pipedit.runtime.compile import compile_blocks, compiler_problem
+
+    names = ("transformer", "transformer_2")
+    modules = [WanTransformer3DModel.from_pretrained(tiny_a14b / name) for name in names]
+    eager = WanTransformer3DModel.from_pretrained(tiny_a14b / "transformer")
+    experts = Experts(modules, 875.0, torch.device("cpu"), "resident", [mapped(tiny_a14b / n, m) for n, m in
+                                                                        zip(names, modules)])
+    backend = "inductor" if compiler_problem(torch.device("cpu")) is None else "aot_eager"
+    compile_blocks(modules[0], backend=backend)
+    generator = torch.Generator().manual_seed(3)
+    inputs = dict(hidden_states=torch.randn(1, modules[0].config.in_channels, 2, 4, 6, generator=generator),
+                  timestep=torch.tensor([900]), encoder_hidden_states=torch.randn(1, 7, 24, generator=generator),
+                  return_dict=False)
+    with torch.no_grad():
+        expected, first = eager(**inputs)[0], modules[0](**inputs)[0]
+        problem = swap_after_compile_problem()
+        if problem is not None:
+            with pytest.raises(RuntimeError):
+                experts._send_home(0)
+            adapter = WanAdapter.from_pretrained(tiny_a14b, parts={"dit"})
+            adapter.expert_set.offload = True  # as on a GPU
+            with pytest.raises(UserInputError, match=f"idle_expert offload here: torch {torch.__version__}"):
+                adapter.check_compile()
+            return
+        experts._send_home(0)  # its parameters now views of its files
+        mapping = {view.untyped_storage().data_ptr() for view in experts.homes[0].values()}
+        assert {p.untyped_storage().data_ptr() for p in modules[0].parameters()} == mapping
+        experts._bring(0)  # and back, copied out in its compute dtype
+        again = modules[0](**inputs)[0]
+    for got in (first, again):
+        assert (got - expected).abs().max().item() <= 1e-5 * expected.abs().max().item()
+
+
+def test_compile_with_offload_is_refused_at_start_where_torch_refuses_the_swap(tiny_a14b, monkeypatch):
+    """Where swap_after_compile_problem finds this torch refusing, the rank's start refuses the
+    combination with the reason and the torch version (the refusal itself, on any torch)."""
+    from pipedit.integrations.wan import adapter as wan
+
+    adapter = wan.WanAdapter.from_pretrained(tiny_a14b, parts={"dit"})
+    adapter.check_compile()  # resident (a CPU never offloads): nothing to swap
+    adapter.expert_set.offload = True  # as on a GPU
+    reason = f"torch {torch.__version__} refuses to swap a compiled module's parameters (weakref)"
+    monkeypatch.setattr(wan, "swap_after_compile_problem", lambda: reason)
+    with pytest.raises(UserInputError, match=r"--compile cannot be combined with idle_expert offload here: torch .* "
+                                             r"refuses.*Use idle_expert resident, run without --compile"):
+        adapter.check_compile()
