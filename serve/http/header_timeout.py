@@ -6,10 +6,13 @@ HeaderTimeoutProtocol is uvicorn's httptools protocol plus one timer: armed when
 opens and when a later request's first byte arrives, cancelled when its headers are complete.
 When it fires, a connection that began a request gets 408 and is closed; one that never sent a
 byte is closed. Between requests, uvicorn's keep-alive timeout (serve.keep_alive_timeout_s)
-closes idle connections, as before. How Ray Serve's proxies come to run it: pipedit.serve.header_timeout.
+closes idle connections, as before. A request pipelined behind one still running is not run: that
+one's answer closes the connection (see on_headers_complete). How Ray Serve's proxies come to run
+it: pipedit.serve.header_timeout.
 Hazard: relies on uvicorn's HttpToolsProtocol callbacks (pipedit.compat.httptools_protocol checks
-that they exist); tests/serve/test_hostile_input.py checks the limit on every test server, which
-uses this protocol.
+that they exist) and its `cycle` and `pipeline` attributes (uvicorn 0.54); tests/serve/test_hostile_input.py
+checks the limit on every test server, which uses this protocol, and tests/serve/test_http_edges.py
+the pipelining.
 """
 
 from __future__ import annotations
@@ -43,7 +46,15 @@ def protocol_class(timeout_s: float):
         def on_headers_complete(self) -> None:
             self._begun = False
             self._disarm()
+            running = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
             super().on_headers_complete()
+            if running is not None and self.pipeline and self.pipeline[0][0] is self.cycle:
+                # A pipelined request (sent before the answer to the one running): not run; the
+                # running one's answer says Connection: close and the connection closes after it,
+                # so the client knows to send the rest again. Behind Ray Serve's proxy only the
+                # first of two pipelined requests was answered, the second left waiting.
+                self.pipeline.popleft()
+                running.keep_alive = False
 
         def connection_lost(self, exc) -> None:
             self._disarm()
