@@ -22,9 +22,11 @@ from pipedit.serve.jobs.store import JobRecord
 from pipedit.serve.jobs.views import to_video
 
 
-@pytest.mark.parametrize("value", [0.0, -2.5])  # a zero shift maps every sigma to 0
+# A zero shift maps every sigma to 0; the review's finite but absurd shifts (1e-300 ... 1e308) ran
+# to a completed black video.
+@pytest.mark.parametrize("value", [0.0, -2.5, 1e-300, 5e-324, 1e38, 1e308])
 def test_a_bad_shift_is_refused_with_the_fields_words_everywhere(tmp_path, value):
-    words = f"flow_shift must be > 0, got {value}"
+    words = f"flow_shift must be between 0.01 and 100, got {value}"
     with pytest.raises(UserInputError) as request:
         VideoRequest("a fox", flow_shift=value)
     with pytest.raises(UserInputError) as config:
@@ -37,14 +39,14 @@ def test_a_bad_shift_is_refused_with_the_fields_words_everywhere(tmp_path, value
     assert str(request.value) == words and line.error == words and api.value.message == words
     assert str(config.value) == f"generation.{words}"
     assert (api.value.param, api.value.code) == ("flow_shift", "invalid_value")
-    assert text.error == "flow_shift must be a number (> 0), got '5'"
-    with pytest.raises(UserInputError, match=r"flow_shift must be a number \(> 0\), got inf"):
+    assert text.error == "flow_shift must be a number (between 0.01 and 100), got '5'"
+    with pytest.raises(UserInputError, match=r"flow_shift must be a number \(between 0.01 and 100\), got inf"):
         VideoRequest("a fox", flow_shift=float("inf"))
 
 
 def test_the_cli_flag_is_checked_with_the_same_words(capsys):
     assert main(["generate", "--prompt", "a fox", "--flow-shift", "0", "--output", "never.mp4"]) == 2
-    assert "generation.flow_shift must be > 0, got 0" in capsys.readouterr().err
+    assert "generation.flow_shift must be between 0.01 and 100, got 0" in capsys.readouterr().err
 
 
 def test_a_shift_keys_a_render_line_and_a_line_without_one_keeps_its_key(tmp_path):

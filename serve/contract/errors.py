@@ -36,8 +36,15 @@ def not_found(video_id: str) -> ApiError:
 FULL_RETRY_AFTER_S = 60  # a full disk needs an operator: ask again in a minute
 
 
-def storage_full(why: str) -> ApiError:
-    """507 storage_full: the job store or the videos' disk has no room; nothing was stored."""
-    return ApiError(507, f"the server has no room to store a job: {why}; nothing was stored: retry in "
-                         f"{FULL_RETRY_AFTER_S} s (the Retry-After header), once space is freed",
+def storage_full(why: str, method: str = "POST") -> ApiError:
+    """507 storage_full: the job store or the videos' disk has no room, for the request's `method`
+    (a create: nothing was stored; a DELETE: the job was not deleted)."""
+    if method.upper() == "DELETE":
+        what = (f"the server cannot record the delete: {why}; the job was not deleted (its row and video are as "
+                f"they were; a job running here was asked to stop)")
+    elif method.upper() == "POST":
+        what = f"the server has no room to store a job: {why}; nothing was stored"
+    else:
+        what = f"the server's job store has no room: {why}; nothing was changed"
+    return ApiError(507, f"{what}: retry in {FULL_RETRY_AFTER_S} s (the Retry-After header), once space is freed",
                     type="server_error", code="storage_full", headers={"Retry-After": str(FULL_RETRY_AFTER_S)})

@@ -20,7 +20,7 @@ from .errors import ApiError, invalid
 from .reference import check_image
 
 ShapeValidator = Callable[[VideoShape, int], None]  # raises UserInputError naming what is allowed
-_SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$")
+_SIZE = re.compile(r"^\s*(\d{1,5})\s*[xX]\s*(\d{1,5})\s*$", re.ASCII)  # ASCII digits: int() reads "３２" too
 _SURROGATE = re.compile("[\ud800-\udfff]")  # lone UTF-16 halves: JSON may carry them, UTF-8 cannot
 
 
@@ -101,7 +101,8 @@ def resolve(params, model_name: str, defaults: GenerationDefaults, limits: Servi
     _check_cost(values["width"], values["height"], values["num_frames"], values["steps"], limits)
     _check_shape(validate, VideoShape(values["height"], values["width"], values["num_frames"]), values["steps"])
     stored = {stored_name(spec): values[spec.name] for spec in FIELDS.values() if spec.name in values}
-    stored["image"] = check_image(image, limits.max_image_pixels) if image is not None else None
+    stored["image"] = check_image(image, limits.max_image_pixels, (values["width"], values["height"])) \
+        if image is not None else None
     return JobSettings(dict(stored, seconds=seconds))
 
 

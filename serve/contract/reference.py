@@ -16,7 +16,7 @@ import io
 import re
 
 from pipedit.errors import UserInputError
-from pipedit.images import IMAGE_FORMATS, load_image
+from pipedit.images import IMAGE_FORMATS, check_image_fits, load_image
 
 from .errors import ApiError, invalid
 
@@ -79,9 +79,10 @@ def decode_data_url(text: str, param: str = PARAM) -> bytes:
         raise invalid(f"{param}: the data URL's base64 payload cannot be decoded", param) from None
 
 
-def check_image(data: bytes, max_pixels: int) -> dict:
+def check_image(data: bytes, max_pixels: int, video_size: tuple[int, int] | None = None) -> dict:
     """What the job stores about a valid image (format, width, height, bytes); 400 otherwise:
-    `image_too_large` naming serve.max_image_pixels, or `invalid_image` naming the formats."""
+    `image_too_large` naming serve.max_image_pixels, `invalid_image` naming the formats, or
+    `image_aspect_mismatch` when it cannot make a video of `video_size` (width, height)."""
     try:
         image = load_image(data, max_pixels=max_pixels, what=PARAM)
     except UserInputError as error:
@@ -93,6 +94,11 @@ def check_image(data: bytes, max_pixels: int) -> dict:
         raise ApiError(400, str(error), param=PARAM, code="invalid_image") from None
     with image:
         width, height = image.size
+    if video_size is not None:
+        try:
+            check_image_fits((width, height), video_size, what=PARAM)
+        except UserInputError as error:
+            raise ApiError(400, str(error), param=PARAM, code="image_aspect_mismatch") from None
     return {"format": _format(data), "width": width, "height": height, "bytes": len(data)}
 
 

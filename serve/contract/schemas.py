@@ -4,9 +4,12 @@ nested object, `pipedit`, so that OpenAI clients see exactly the fields they kno
 
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+import json
+from typing import Annotated, Literal, Optional, Union, get_args, get_origin, get_type_hints
 
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationInfo, create_model
+from pydantic_core import PydanticCustomError
+from typing_extensions import Required, TypedDict
 
 from pipedit.fields import FIELDS, GenerationField, api_fields
 
@@ -32,9 +35,36 @@ _API_ONLY = {
 }
 
 
+FORM = "form"  # the validation context of a multipart create: {FORM: True}
+
+
+def _as_sent(value, info: ValidationInfo):
+    """A number as the client sent it. Hazard: pydantic's lax mode makes `true` 1.0 and "5" 5.0
+    before pipedit's checks could refuse them; JSON has numbers, so a JSON body's must be numbers.
+    A multipart form's values are all text: there a string is read as the number it spells."""
+    if isinstance(value, bool) or (isinstance(value, str) and not (info.context or {}).get(FORM)):
+        raise PydanticCustomError("invalid_value", "must be a number, got {value}", {"value": json.dumps(value)})
+    return value
+
+
+def _number(kind):
+    return Annotated[kind, BeforeValidator(_as_sent)] if kind in (int, float) else kind
+
+
+def _api_item(item):
+    """A list entry's type in the API: a TypedDict's numbers as _number takes them."""
+    if not isinstance(item, type) or not hasattr(item, "__required_keys__"):
+        return item
+    keys = {key: Required[_number(get_args(hint)[0])] if get_origin(hint) is Required else _number(hint)
+            for key, hint in get_type_hints(item, include_extras=True).items()}
+    made = TypedDict(item.__name__, keys, total=item.__total__)
+    made.__doc__ = item.__doc__
+    return made
+
+
 def annotation(spec: GenerationField):
     """The field's type in the API: its kind, or a list of its items."""
-    return list[spec.item] if spec.kind is list else spec.kind
+    return list[_api_item(spec.item)] if spec.kind is list else _number(spec.kind)
 
 
 def create_params_model() -> type[_CreateParams]:

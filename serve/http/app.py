@@ -15,7 +15,7 @@ from starlette.formparsers import MultiPartException, MultiPartParser
 from ..contract import reference
 from ..contract.errors import ApiError
 from ..contract.params import bad_text
-from ..contract.schemas import ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
+from ..contract.schemas import FORM, ErrorBody, Video, VideoCreateParams, VideoDeleted, VideoList
 from ..jobs.access import VideoAccess
 from ..jobs.admission import Caller
 from ..jobs.service import JobService
@@ -111,8 +111,8 @@ def _videos(service: JobService, auth) -> APIRouter:
             # Admission first: a full queue answers 429 before the body is read, parsed or its image
             # decoded (create checks again as it adds the row: this is the early, cheap refusal).
             await run_in_threadpool(service.admission.check, caller.client)
-        fields, image = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
-        params = VideoCreateParams.model_validate(fields)
+        fields, image, form = await _body(request, getattr(service.limits, "max_upload_bytes", 1 << 20))
+        params = VideoCreateParams.model_validate(fields, context={FORM: form})
         # The key goes to the service only when keys are configured (caller.client is its digest).
         key = bearer_token(request.headers) if caller.client is not None else None
         if retry_key is None:
@@ -160,17 +160,18 @@ def _videos(service: JobService, auth) -> APIRouter:
 
 
 
-async def _body(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None]:
-    """The create fields and the input_reference image's bytes (None without one), from JSON
-    (application/json) or multipart/form-data (the strings are coerced by the schema). Other
+async def _body(request: Request, max_part_bytes: int) -> tuple[dict, bytes | None, bool]:
+    """The create fields, the input_reference image's bytes (None without one) and whether they
+    came as a form: from JSON (application/json) or multipart/form-data (the strings are coerced
+    by the schema). Other
     content types get 415: text/plain and urlencoded bodies are what another web page can make a
     browser send without asking this server first (CORS "simple" requests)."""
     media = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if media == "multipart/form-data":
-        return await _form(request, max_part_bytes)
+        return *await _form(request, max_part_bytes), True
     body = await _json(request, media)
     value = body.pop(reference.PARAM, None)  # an explicit null counts as not sent, as for every field
-    return body, None if value is None else reference.from_json(value)
+    return body, None if value is None else reference.from_json(value), False
 
 
 class _Utf8FormParser(MultiPartParser):

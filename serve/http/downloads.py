@@ -4,7 +4,9 @@ The file is opened before anything is answered and sent from that open descripto
 the retention sweep that unlinks it meanwhile removes only its name (POSIX), so a download that
 has begun is always complete, and one that comes after the unlink is a 404 like any other
 deleted job (never a 500, never a body cut short). One byte range (`Range: bytes=a-b`, `a-`,
-`-n`) is answered 206, as a video element seeking asks; other Range forms get the whole file."""
+`-n`) is answered 206, as a video element seeking asks; other Range forms get the whole file.
+Hazard: a Range header's numbers are the client's, of any length, and Python's int() refuses more
+than 4300 digits: a number longer than any file's size is read as "past the end" without int()."""
 
 from __future__ import annotations
 
@@ -30,12 +32,16 @@ def video_response(path: Path, video_id: str, range_header: str | None) -> Respo
         file = open(path, "rb")
     except FileNotFoundError:
         raise not_found(video_id) from None
-    size = os.fstat(file.fileno()).st_size
-    span = byte_range(range_header, size)
-    if span == "unsatisfiable":
+    try:
+        size = os.fstat(file.fileno()).st_size
+        span = byte_range(range_header, size)
+        if span != "unsatisfiable":
+            return OpenFileResponse(file, size, span, filename=f"{video_id}.mp4")  # it closes the file
+    except BaseException:
         file.close()
-        return Response(status_code=416, headers={"Content-Range": f"bytes */{size}", "Accept-Ranges": "bytes"})
-    return OpenFileResponse(file, size, span, filename=f"{video_id}.mp4")
+        raise
+    file.close()
+    return Response(status_code=416, headers={"Content-Range": f"bytes */{size}", "Accept-Ranges": "bytes"})
 
 
 def byte_range(header: str | None, size: int) -> tuple[int, int] | None | str:
@@ -45,13 +51,23 @@ def byte_range(header: str | None, size: int) -> tuple[int, int] | None | str:
     if match is None or match[1] == match[2] == "":
         return None
     if match[1] == "":  # the last n bytes
-        length = int(match[2])
+        length = _number(match[2])
         return (max(0, size - length), size - 1) if length and size else "unsatisfiable"
-    first = int(match[1])
-    last = min(int(match[2]), size - 1) if match[2] else size - 1
-    if first >= size or (match[2] and int(match[2]) < first):
+    first = _number(match[1])
+    last = _number(match[2]) if match[2] else size - 1
+    if first >= size or last < first:
         return "unsatisfiable"
-    return first, last
+    return first, min(last, size - 1)
+
+
+_MAX_DIGITS = 20  # more than any file size has (2**64 has 20 digits)
+
+
+def _number(digits: str) -> int:
+    """The decimal `digits` as an int; a number of more than _MAX_DIGITS digits (leading zeros
+    aside) as 10**_MAX_DIGITS, which is past the end of any file."""
+    digits = digits.lstrip("0") or "0"
+    return int(digits) if len(digits) <= _MAX_DIGITS else 10 ** _MAX_DIGITS
 
 
 class OpenFileResponse(Response):

@@ -67,7 +67,7 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(DBAPIError)
     async def _store_error(request: Request, error: DBAPIError) -> JSONResponse:
-        busy = store_busy(error)
+        busy = store_busy(error, request.method)
         if busy is None:
             return await _crash(request, error)
         _log.warning("job store %s: %s", busy.code, error.orig)
@@ -106,7 +106,7 @@ def error_response(error: ApiError) -> JSONResponse:
     return SafeJSONResponse(error.body(), status_code=error.status, headers=error.headers)
 
 
-def store_busy(error: DBAPIError) -> ApiError | None:
+def store_busy(error: DBAPIError, method: str = "POST") -> ApiError | None:
     """507 storage_full when the store's disk is full; 503 server_busy when the store's error is
     a lock or capacity wait that ran out (SQLite: another writer held the file past its wait,
     see store.StoreBusy); 503 store_unavailable when the connection
@@ -116,7 +116,7 @@ def store_busy(error: DBAPIError) -> ApiError | None:
     sqlstate = getattr(orig, "sqlstate", None) or getattr(getattr(orig, "diag", None), "sqlstate", None) or ""
     retry = {"Retry-After": str(BUSY_RETRY_AFTER_S)}
     if is_full(error):
-        return storage_full(f"the job store's disk is full ({orig})")
+        return storage_full(f"the job store's disk is full ({orig})", method)
     if "database is locked" in text or "database table is locked" in text or "database is busy" in text \
             or sqlstate in _BUSY_SQLSTATES:
         return ApiError(503, f"the job store is busy (another writer holds its lock); nothing was changed: "
@@ -270,7 +270,8 @@ class RequestGuard:
                               f"passed {cap[0]:,} bytes before it ended", cap),
                           timeout_s=self.body_timeout_s, min_rate=self.body_min_rate, timed_out=lambda: body_timeout(
                               self.body_timeout_s, self.body_min_rate, watch.seen), linger_s=self.linger_s)
-        refusal = (self._host_refusal(headers) or self._cross_site_refusal(scope["method"], headers)
+        refusal = (self._host_refusal(headers)
+                   or self._cross_site_refusal(scope["method"], headers, scope.get("scheme", "http"))
                    or self._length_refusal(headers, cap))
         if refusal is not None:
             await error_response(refusal)(scope, watch.receive, watch.send)
@@ -292,6 +293,9 @@ class RequestGuard:
         host = headers.get("host")
         if host is None:  # no Host (HTTP/1.0): nothing a browser could rebind
             return None
+        if len(headers.getlist("host")) > 1:  # the first may pass while something downstream reads another
+            return ApiError(400, "the request has several Host headers; send one", param="Host",
+                            code="host_not_allowed")
         parsed = _split_host(host)
         if parsed is None:  # refused whatever the bind: no server name looks like this
             return ApiError(400, f"Host {host!r} is not a host name or address with an optional port (such as "
@@ -303,13 +307,15 @@ class RequestGuard:
                              f"add this name to serve.allowed_hosts to reach the server by it", param="Host",
                         code="host_not_allowed")
 
-    def _cross_site_refusal(self, method: str, headers: Headers) -> ApiError | None:
+    def _cross_site_refusal(self, method: str, headers: Headers, scheme: str = "http") -> ApiError | None:
+        """`scheme`: the request's (a TLS-terminating proxy in front says which in X-Forwarded-Proto)."""
         if method.upper() not in _UNSAFE_METHODS:
             return None
+        scheme = (headers.get("x-forwarded-proto") or scheme).split(",")[0].strip().lower()
         origin, fetch_site = headers.get("origin"), (headers.get("sec-fetch-site") or "").strip().lower()
         if fetch_site == "cross-site":
             why = "the browser marks it cross-site (Sec-Fetch-Site: cross-site)"
-        elif origin is not None and not _same_origin(origin, headers.get("host")):
+        elif origin is not None and not _same_origin(origin, headers.get("host"), scheme):
             why = f"it comes from the web page of another origin ({origin!r})"
         else:
             return None
@@ -334,8 +340,9 @@ class RequestGuard:
                         param="body", code="body_too_large")
 
 
-def _same_origin(origin: str, host: str | None) -> bool:
-    """Whether a browser's Origin (scheme://host[:port]) names the server the request's Host names."""
+def _same_origin(origin: str, host: str | None, scheme: str = "http") -> bool:
+    """Whether a browser's Origin (scheme://host[:port]) names the server the request's Host names,
+    reached by `scheme` (https://127.0.0.1:8000 is another origin than http://127.0.0.1:8000)."""
     if host is None:
         return False
     try:
@@ -343,8 +350,8 @@ def _same_origin(origin: str, host: str | None) -> bool:
         origin_port = parts.port
     except ValueError:
         return False
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        return False  # "null" (sandboxed frames, file: pages) and other schemes are foreign
+    if parts.scheme != scheme or not parts.hostname:
+        return False  # "null" (sandboxed frames, file: pages), other schemes and the other of http/https
     default = 443 if parts.scheme == "https" else 80
     parsed = _split_host(host)
     if parsed is None:

@@ -7,7 +7,8 @@ complete). HeaderTimeoutProtocol is uvicorn's httptools protocol plus one timer:
 connection opens and when a later request's first byte arrives, cancelled when its headers are
 complete. When it fires, a connection that began a request gets 408 and is closed; one that never
 sent a byte is closed. Between requests, uvicorn's keep-alive timeout (serve.keep_alive_timeout_s)
-closes idle connections, as before.
+closes idle connections, as before. A request pipelined behind one still running is not run: that
+one's answer closes the connection (see on_headers_complete).
 
 Size: httptools hands a header to uvicorn only once its value is complete, and keeps every byte of
 it until then (uvicorn then keeps the whole list), so a flood of header lines of 64 KB each grew
@@ -19,8 +20,9 @@ the connection closes. A connection keeps at most the cap plus one read's chunk.
 
 How Ray Serve's proxies come to run it: pipedit.serve.header_timeout.
 Hazard: relies on uvicorn's HttpToolsProtocol callbacks (pipedit.compat.httptools_protocol checks
-that they exist); tests/serve/test_hostile_input.py and tests/serve/test_header_limits.py check the
-limits on every test server, which uses this protocol.
+that they exist) and its `cycle` and `pipeline` attributes (uvicorn 0.54); tests/serve/test_hostile_input.py
+and tests/serve/test_header_limits.py check the limits on every test server, which uses this protocol,
+and tests/serve/test_http_edges.py the pipelining.
 """
 
 from __future__ import annotations
@@ -86,7 +88,15 @@ def protocol_class(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_line
                 return
             self._begun = False
             self._disarm()
+            running = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
             super().on_headers_complete()
+            if running is not None and self.pipeline and self.pipeline[0][0] is self.cycle:
+                # A pipelined request (sent before the answer to the one running): not run; the
+                # running one's answer says Connection: close and the connection closes after it,
+                # so the client knows to send the rest again. Behind Ray Serve's proxy only the
+                # first of two pipelined requests was answered, the second left waiting.
+                self.pipeline.popleft()
+                running.keep_alive = False
 
         def on_body(self, body: bytes) -> None:
             if not self._refused:

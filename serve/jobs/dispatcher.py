@@ -265,8 +265,9 @@ class Dispatcher:
                 self._final(video_id, attempt, status="cancelled", error=None,
                             extras=dict(extras, stage="cancelled", finished_at=time.time()))
                 return
-            # A request error is not retried by the engine; the code keeps the phase it failed in.
-            self.fail(record, attempt, f"{outcome.phase}_failed", outcome.message)
+            # A request error is not retried by the engine; the code is the error's own
+            # (non_finite_latents) or keeps the phase it failed in.
+            self.fail(record, attempt, outcome.code, outcome.message)
             return
         self._complete(record, outcome, extras, attempt)
 

@@ -12,3 +12,11 @@ class InvalidRequestError(UserInputError):
 
 class ModelPathError(UserInputError):
     """A model path that is missing, incomplete or not a supported checkpoint."""
+
+
+class NonFiniteLatents(InvalidRequestError):
+    """The denoised latents hold NaN or infinity: decoding them would write a black video. The
+    same request runs into it again (its values, the seed and the weights decide), so it is a
+    request error: failed at once, never retried."""
+
+    code = "non_finite_latents"  # the job's error code (the serving layer reads `code`)

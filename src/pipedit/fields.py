@@ -188,6 +188,9 @@ _STEPS = "Denoising steps."
 FLOW_SHIFT_REFUSAL = ("flow_shift needs a scheduler with a flow-matching shift (the models that take it: "
                       + ", and ".join(families.takers("flow_shift")) + ", as their releases have); {family}: this "
                       "checkpoint's scheduler has none; leave it out")
+# A shift near 0 maps every sigma to ~0 and a huge one every sigma to ~1: finite values that run and
+# give a black video (1e-300, 1e308). Releases and distillations use shifts of about 1 to 20.
+FLOW_SHIFT_RANGE = (0.01, 100.0)
 FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
                     hint=": describe the video to generate", label="Prompt"),
@@ -209,7 +212,8 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                             "boundary_ratio); this {family} checkpoint has one transformer: leave it out"),
     GenerationField("flow_shift", float, None, "The flow-matching scheduler's shift (sigma -> shift*sigma / "
                     "(1 + (shift-1)*sigma)); left out: the checkpoint scheduler's own. Few-step distilled models "
-                    "name the shift they were distilled with.", low=0, low_open=True, nullable=True,
+                    "name the shift they were distilled with.", low=FLOW_SHIFT_RANGE[0], high=FLOW_SHIFT_RANGE[1],
+                    nullable=True,
                     capability="flow_shift", label="Scheduler shift", refusal=FLOW_SHIFT_REFUSAL, sampling=True),
     GenerationField("seed", int, 0, "Seed of the initial noise.", low=0, high=2**63 - 1, label="Seed"),
     GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,

@@ -12,6 +12,13 @@ from .errors import InvalidRequestError
 
 IMAGE_FORMATS = {"PNG": "png", "JPEG": "jpeg", "WEBP": "webp"}  # PIL's format name -> what users call it
 DEFAULT_MAX_IMAGE_PIXELS = 4096 * 4096  # decoded width x height of one conditioning image
+# How far an image's aspect ratio may be from the video's (a factor, either way). Image conditioning
+# scales the image so that it covers the video, or its short side to the image encoder's input
+# (e.g. CLIP's 224), and crops: the long side grows with the image's aspect ratio. A 1x16777216
+# image for a 32x32 video needs a 32x536870912 image in between (MemoryError) and 224x3758096384
+# for CLIP (OverflowError). Within this factor that image stays at most 10x the video's pixels;
+# a 9:16 photo for a 16:9 video is a factor of 3.2.
+MAX_ASPECT_FACTOR = 10.0
 
 
 def allowed_formats() -> str:
@@ -62,3 +69,23 @@ def load_image(data: bytes, *, max_pixels: int = DEFAULT_MAX_IMAGE_PIXELS, what:
         raise InvalidRequestError(f"{what} is not an image pipedit can read; allowed formats: {allowed_formats()}") from None
     except (OSError, ValueError, Image.DecompressionBombError) as error:
         raise InvalidRequestError(f"{what} is a damaged or truncated image ({error})") from None
+
+
+def aspect_factor(image_size: tuple[int, int], video_size: tuple[int, int]) -> float:
+    """How many times wider (or taller) the image's aspect ratio is than the video's, >= 1;
+    sizes are (width, height)."""
+    (width, height), (video_width, video_height) = image_size, video_size
+    ratio = (width * video_height) / (height * video_width)
+    return max(ratio, 1 / ratio)
+
+
+def check_image_fits(image_size: tuple[int, int], video_size: tuple[int, int], what: str = "image") -> None:
+    """InvalidRequestError naming MAX_ASPECT_FACTOR when an image of `image_size` cannot make a
+    video of `video_size` (both (width, height)): its aspect ratio is too far from the video's."""
+    factor = aspect_factor(image_size, video_size)
+    if factor > MAX_ASPECT_FACTOR:
+        (width, height), (video_width, video_height) = image_size, video_size
+        raise InvalidRequestError(
+            f"{what} is {width}x{height}, {factor:.4g} times as wide or tall for its size as the {video_width}x"
+            f"{video_height} video; at most {MAX_ASPECT_FACTOR:g} times is allowed (the image is scaled to cover "
+            f"the video and cropped): crop it closer to the video's shape, or ask for a video of the image's shape")

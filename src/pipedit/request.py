@@ -104,7 +104,18 @@ class RequestFailure:
     def message(self) -> str:
         if self.cancelled:
             return f"request {self.request_id} was cancelled while {self.phase}"
-        return f"request {self.request_id} failed while {self.phase}: {self.error}"
+        return f"request {self.request_id} failed while {self.phase}: {str(self.error) or type(self.error).__name__}"
+
+    @property
+    def code(self) -> str:
+        """The error's own `code` (e.g. non_finite_latents; also when it caused the one reported,
+        as after retries), else `<phase>_failed`."""
+        error, seen = self.error, 0
+        while error is not None and seen < 8:
+            if isinstance(error, InvalidRequestError) and isinstance(getattr(error, "code", None), str):
+                return error.code
+            error, seen = error.__cause__, seen + 1
+        return f"{self.phase}_failed"
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
 """The run's LoRA set as flags and config give it, and what it changes in a render's resume key."""
 
+import re
+
 import pytest
 
 from pipedit.config import EngineConfig, ModelConfig
@@ -57,3 +59,18 @@ def test_the_renamed_keys_are_refused_naming_the_new_one(tmp_path, old, new):
     config_file.write_text(f"model:\n  {old}: []\n")
     with pytest.raises(UserInputError, match=f"model.{old} was renamed: write {new}"):
         load_config(config_file)
+
+
+@pytest.mark.parametrize("scale", [1e30, 1e308, -1e308, 10.5])
+def test_a_finite_but_absurd_scale_is_refused_by_the_config_and_by_a_request(scale):
+    # The review: loras scale 1e30, 1e308 or -1e308 ran to a completed black video.
+    from pipedit.request import VideoRequest
+
+    words = re.escape(f"must be a finite number between -10 and 10, got {scale!r}")
+    with pytest.raises(UserInputError, match=f"LoRA scale {words}"):
+        ModelConfig(run_loras=[{"path": "a.safetensors", "scale": scale}])
+    with pytest.raises(UserInputError, match=f"LoRA scale {words}"):
+        parse_lora(f"a.safetensors:{scale!r}")
+    with pytest.raises(UserInputError, match=f"loras: the scale of 'style' {words}"):
+        VideoRequest("a fox", loras=[{"name": "style", "scale": scale}])
+    assert VideoRequest("a fox", loras=[{"name": "style", "scale": -10}]).loras == (("style", -10.0),)

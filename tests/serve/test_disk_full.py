@@ -7,6 +7,7 @@ degraded with the reason, and an accepted job's final state is kept until the st
 
 import contextlib
 import errno
+import json
 import shutil
 import sqlite3
 
@@ -152,4 +153,27 @@ def test_a_nearly_full_videos_disk_refuses_creates_and_degrades_healthz(tmp_path
         assert service.store.count("queued") == 0
     finally:
         stop()
+        service.close()
+
+
+def test_a_delete_on_a_full_store_says_the_job_was_not_deleted(tmp_path, full_store):
+    # The review: a DELETE on a full disk said "no room to store a job ... nothing was stored".
+    from idle_app import asgi_request
+
+    service = service_on(InstantEngine(), tmp_path)
+    attach, disk = full_store
+    attach(service.store)
+    try:
+        video_id = service.create(VideoCreateParams(prompt="a fox")).id
+        wait_for(lambda: service.store.get(video_id).status == "completed", timeout=30)
+        disk["on"] = True
+        status, headers, body = asgi_request(build_app(service), "DELETE", f"/v1/videos/{video_id}")
+        disk["on"] = False
+        error = json.loads(body)["error"]
+        assert (status, error["code"], headers["retry-after"]) == (507, "storage_full", "60"), body
+        assert "cannot record the delete" in error["message"] and "the job was not deleted" in error["message"]
+        assert "store a job" not in error["message"]
+        assert service.store.get(video_id) is not None and service.content_path(video_id).exists()
+    finally:
+        disk["on"] = False
         service.close()

@@ -97,3 +97,39 @@ def test_the_reviews_race_on_a_live_server_gives_whole_videos_or_404(idle):
     for reply in replies:
         assert (reply.status, reply.body) == (200, MP4) or (reply.status == 404 and b"video_not_found" in reply.body), \
             (reply.status, len(reply.body))
+
+
+HUGE = "9" * 5000  # more digits than Python's int() takes (4300)
+
+
+@pytest.mark.parametrize("asked,status,span", [
+    (f"bytes={HUGE}-", 416, None), (f"bytes=0-{HUGE}", 206, (0, len(MP4) - 1)),
+    (f"bytes=-{HUGE}", 206, (0, len(MP4) - 1)), (f"bytes={'0' * 5000}7-9", 206, (7, 9)),
+    (f"bytes=5-{'0' * 5000}4", 416, None)])
+def test_a_range_of_thousands_of_digits_is_answered_and_the_file_closed(idle, monkeypatch, asked, status, span):
+    # The review: 500 internal_error (int() on 5000 digits) and the opened file left open.
+    from pipedit.serve.http import downloads
+
+    opened = []
+    monkeypatch.setattr(downloads, "open", lambda *a, **k: opened.append(open(*a, **k)) or opened[-1], raising=False)
+    running, app = idle
+    video_id = _finished(running.service)
+    got, headers, body = asgi_request(app, "GET", f"/v1/videos/{video_id}/content", headers={"Range": asked})
+    assert got == status
+    if span:
+        assert body == MP4[span[0]:span[1] + 1] and headers["content-range"] == f"bytes {span[0]}-{span[1]}/{len(MP4)}"
+    else:
+        assert headers["content-range"] == f"bytes */{len(MP4)}"
+    assert len(opened) == 1 and opened[0].closed
+
+
+def test_the_file_is_closed_when_reading_the_range_fails(tmp_path, monkeypatch):
+    from pipedit.serve.http import downloads
+
+    opened = []
+    monkeypatch.setattr(downloads, "open", lambda *a, **k: opened.append(open(*a, **k)) or opened[-1], raising=False)
+    monkeypatch.setattr(downloads, "byte_range", lambda header, size: 1 / 0)
+    (tmp_path / "v.mp4").write_bytes(MP4)
+    with pytest.raises(ZeroDivisionError):
+        downloads.video_response(tmp_path / "v.mp4", "v", "bytes=0-1")
+    assert opened[0].closed

@@ -266,7 +266,7 @@ def test_a_full_queue_is_answered_before_the_upload_is_read_or_decoded(tmp_path,
     from idle_app import asgi_request
 
     decoded, parsed = [], []
-    monkeypatch.setattr(params, "check_image", lambda data, max_pixels: decoded.append(len(data)))
+    monkeypatch.setattr(params, "check_image", lambda data, *limits: decoded.append(len(data)))
     original_form = api._form
     monkeypatch.setattr(api, "_form", lambda *args: (parsed.append(1), original_form(*args))[1])
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo", GenerationDefaults(64, 64, 5, 2),

@@ -3,6 +3,7 @@
 import threading
 
 from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig
+from pipedit.errors import NonFiniteLatents
 from pipedit.request import RequestEvent, RequestFailure, RequestStatus
 from pipedit.serve.jobs.service import JobService
 from pipedit.serve.contract.params import ServiceLimits
@@ -18,8 +19,9 @@ class FailingEngine:
 
     accepting = True
 
-    def __init__(self):
+    def __init__(self, error=None):
         self.listeners, self.outcomes, self.lock = [], {}, threading.Condition()
+        self.error = error or RuntimeError("out of memory")
 
     def add_listener(self, listener):
         self.listeners.append(listener)
@@ -27,7 +29,7 @@ class FailingEngine:
 
     def submit(self, request):
         with self.lock:
-            self.outcomes[request.request_id] = RequestFailure(request.request_id, "denoise", RuntimeError("out of memory"))
+            self.outcomes[request.request_id] = RequestFailure(request.request_id, "denoise", self.error)
             self.lock.notify_all()
         for status in (RequestStatus.QUEUED, RequestStatus.ENCODING, RequestStatus.FAILED):
             for listener in list(self.listeners):
@@ -52,6 +54,19 @@ def test_a_failed_generation_is_stored_with_its_error(tmp_path):
         failed = service.get(video.id)
         assert failed.error.code == "denoise_failed" and "out of memory" in failed.error.message
         assert failed.pipedit.stage == "failed" and failed.completed_at is None
+    finally:
+        service.close()
+
+
+def test_latents_that_turned_non_finite_fail_the_job_with_their_code(tmp_path):
+    service = JobService(FailingEngine(NonFiniteLatents("the latents hold NaN")), JobStore.in_folder(tmp_path),
+                         tmp_path, "demo", GenerationDefaults(), ServiceLimits())
+    try:
+        video = service.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: service.get(video.id).status == "failed", timeout=10)
+        failed = service.get(video.id)
+        assert failed.error.code == "non_finite_latents" and "the latents hold NaN" in failed.error.message
+        assert not service.videos_dir.joinpath(f"{video.id}.mp4").exists()
     finally:
         service.close()
 

@@ -15,6 +15,9 @@ from pathlib import Path
 
 from ..errors import UserInputError
 
+# A scale multiplies an adapter's delta into every weight it touches: 1e30 or -1e308 is finite but
+# overflows the weights (a black video). Adapters are run at scales of about -2 to 2; the bound leaves room.
+SCALE_BOUND = 10.0
 EXPERTS = {"transformer": ("transformer",), "transformer_2": ("transformer_2",),
            "both": ("transformer", "transformer_2")}
 
@@ -28,10 +31,10 @@ class LoraSpec:
     def __post_init__(self):
         if not isinstance(self.path, str) or not self.path.strip():
             raise UserInputError(f"a LoRA adapter needs a file path, got {self.path!r}")
-        scale = self.scale
-        if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale):
-            raise UserInputError(f"LoRA scale must be a finite number, got {scale!r} (for {self.path})")
-        object.__setattr__(self, "scale", float(scale))
+        problem = scale_problem(self.scale)
+        if problem:
+            raise UserInputError(f"LoRA scale must be {problem}, got {self.scale!r} (for {self.path})")
+        object.__setattr__(self, "scale", float(self.scale))
         if self.experts not in EXPERTS:
             raise UserInputError(f"LoRA experts must be one of {', '.join(EXPERTS)}, got {self.experts!r} "
                                  f"(for {self.path})")
@@ -44,6 +47,14 @@ class LoraSpec:
     def identity(self) -> str:
         """What changes the video: the file (absolute), its scale and experts."""
         return f"{Path(self.path).resolve()}:{self.scale!r}:{self.experts}"
+
+
+def scale_problem(scale) -> str | None:
+    """What a scale must be when `scale` is not that (a number within +-SCALE_BOUND), else None."""
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) \
+            or abs(scale) > SCALE_BOUND:
+        return f"a finite number between {-SCALE_BOUND:g} and {SCALE_BOUND:g}"
+    return None
 
 
 def parse_lora(text: str) -> LoraSpec:
@@ -135,9 +146,8 @@ def request_loras(value, offered: tuple[tuple[str, LoraSpec], ...] | None = None
             raise error(f"loras: {name!r} is not an adapter this server offers; offered: {names}")
         if scale is None and defaults is not None:
             scale = defaults[name].scale
-        if scale is not None and (isinstance(scale, bool) or not isinstance(scale, (int, float))
-                                  or not math.isfinite(scale)):
-            raise error(f"loras: the scale of {name!r} must be a finite number, got {scale!r}")
+        if scale is not None and scale_problem(scale):
+            raise error(f"loras: the scale of {name!r} must be {scale_problem(scale)}, got {scale!r}")
         if any(name == other for other, _ in chosen):
             raise error(f"loras: {name!r} is named twice")
         chosen.append((name, None if scale is None else float(scale)))

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 
 from ..adapter import ModelAdapter
+from ..errors import NonFiniteLatents
 from ..guidance import branch_passes
 from ..request import VideoRequest
 from ..sampling import SamplingParams
@@ -80,3 +81,15 @@ class DenoiseJob:
         self.steps_done += 1
         if self.finished:  # e.g. Wan2.2 TI2V's given first frame
             self.latents = adapter.finish_latents(self.latents, self.cond)
+            check_finite(self.latents, self.total_steps)
+
+
+def check_finite(latents: torch.Tensor, steps: int) -> None:
+    """NonFiniteLatents when the denoised latents hold NaN or infinity. Checked once, after the
+    last step (one device sync per request). Every denoise rank holds the same latents, so every
+    rank raises here alike and none is left waiting in a collective. A dry run's fake tensors (a
+    subclass) hold no values: not checked."""
+    if type(latents) is torch.Tensor and not bool(torch.isfinite(latents).all()):
+        raise NonFiniteLatents(
+            f"the latents hold NaN or infinity after {steps} denoising steps, so there is no video to decode "
+            f"(values this far out overflow: lower LoRA scales, flow_shift or guidance closer to the model's own)")

@@ -19,9 +19,9 @@ from ..distributed.context import ParallelContext
 from ..distributed.devices import gpu_identity, resolve_rank_device
 from ..distributed.rank_state import RankState
 from ..distributed.spawn import free_tcp_port
-from ..errors import UserInputError
+from ..errors import InvalidRequestError, UserInputError
 from ..guidance import guidance_applies
-from ..images import load_image
+from ..images import check_image_fits, load_image
 from ..logs import quiet_libraries
 from ..lora.inject import apply_loras
 from ..lora.switch import resolve as resolve_loras
@@ -29,6 +29,7 @@ from ..request import VideoRequest
 from .layout import WorldLayout
 from .split_decode import DecodeGroup, make_decode_group
 
+_INPUT_ERRORS = (ValueError, OverflowError, MemoryError)  # of an input's preparation: see encode_request
 
 
 def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
@@ -43,8 +44,18 @@ def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
         if request.negative_prompt is not None:
             inputs["negative_prompt"] = request.negative_prompt
     if request.image is not None:  # the image condition depends on the video's size and frames
-        inputs.update(image=load_image(request.image), shape=request.shape)
-    return adapter.encode_prompt(request.prompt, **inputs)
+        image = load_image(request.image)
+        check_image_fits(image.size, (request.width, request.height))
+        inputs.update(image=image, shape=request.shape)
+    try:
+        return adapter.encode_prompt(request.prompt, **inputs)
+    except UserInputError:
+        raise
+    except _INPUT_ERRORS as error:
+        # Raised by the inputs' own preparation (an image's resize, a tokenizer): the request
+        # fails so every time it runs. A request error: failed at once with the error's type and
+        # text, never retried, the group left intact. (CUDA out-of-memory is a RuntimeError.)
+        raise InvalidRequestError(f"encoding the request's inputs failed: {type(error).__name__}: {error}") from error
 
 
 class RankWorker:
