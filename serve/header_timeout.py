@@ -19,6 +19,7 @@ import os
 
 from pipedit.compat import check_http_protocol_table, use_http_protocol
 
+from .http.body_caps import BodyCaps
 from .http.header_timeout import MAX_HEADER_BYTES, MAX_HEADER_LINES, protocol_class
 
 _log = logging.getLogger(__name__)
@@ -27,17 +28,31 @@ CALLBACK_ENV = "RAY_SERVE_HTTP_PROXY_CALLBACK_IMPORT_PATH"
 TIMEOUT_ENV = "PIPEDIT_HEADER_TIMEOUT_S"
 MAX_BYTES_ENV = "PIPEDIT_MAX_HEADER_BYTES"
 MAX_LINES_ENV = "PIPEDIT_MAX_HEADER_LINES"
+# The body caps (serve.max_body_bytes, serve.max_upload_bytes) for `Expect: 100-continue` requests;
+# unset: the proxy leaves those to the app (which answers after uvicorn has invited the body).
+MAX_BODY_ENV = "PIPEDIT_MAX_BODY_BYTES"
+MAX_UPLOAD_ENV = "PIPEDIT_MAX_UPLOAD_BYTES"
 
 
-def environment(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES,
-                max_lines: int = MAX_HEADER_LINES) -> dict[str, str]:
+def environment(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_lines: int = MAX_HEADER_LINES,
+                body_caps: BodyCaps | None = None) -> dict[str, str]:
     """The variables that make the Ray Serve proxies of a Ray instance started with them limit
-    header time to `timeout_s` and header size to `max_bytes` in `max_lines` lines (see the
-    module's doc). Raises pipedit.compat.IncompatibleDependency here, before any Ray starts, when
-    this uvicorn's protocol table would not take the protocol."""
+    header time to `timeout_s` and header size to `max_bytes` in `max_lines` lines, and refuse an
+    `Expect: 100-continue` body over `body_caps` before inviting it (see the module's doc). Raises
+    pipedit.compat.IncompatibleDependency here, before any Ray starts, when this uvicorn's protocol
+    table would not take the protocol."""
     check_http_protocol_table()
-    return {CALLBACK_ENV: f"{__name__}:install", TIMEOUT_ENV: repr(float(timeout_s)),
-            MAX_BYTES_ENV: str(int(max_bytes)), MAX_LINES_ENV: str(int(max_lines))}
+    variables = {CALLBACK_ENV: f"{__name__}:install", TIMEOUT_ENV: repr(float(timeout_s)),
+                 MAX_BYTES_ENV: str(int(max_bytes)), MAX_LINES_ENV: str(int(max_lines))}
+    if body_caps is not None:
+        variables.update({MAX_BODY_ENV: str(int(body_caps.max_body_bytes)),
+                          MAX_UPLOAD_ENV: str(int(body_caps.max_upload_bytes))})
+    return variables
+
+
+def _body_caps() -> BodyCaps | None:
+    body, upload = os.environ.get(MAX_BODY_ENV), os.environ.get(MAX_UPLOAD_ENV)
+    return BodyCaps(int(body), int(upload)) if body and upload else None
 
 
 def install() -> list:
@@ -46,7 +61,7 @@ def install() -> list:
     try:
         protocol = protocol_class(float(os.environ.get(TIMEOUT_ENV, "")),
                                   int(os.environ.get(MAX_BYTES_ENV) or MAX_HEADER_BYTES),
-                                  int(os.environ.get(MAX_LINES_ENV) or MAX_HEADER_LINES))
+                                  int(os.environ.get(MAX_LINES_ENV) or MAX_HEADER_LINES), _body_caps())
     except (ValueError, ImportError) as error:  # no limit rather than no proxy
         _log.warning("no header time limit in this proxy: %s", error)
         return []

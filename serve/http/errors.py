@@ -28,6 +28,7 @@ from ..contract.errors import ApiError, storage_full
 from ..jobs.admission import EVERYONE, Caller, client_of
 from ..jobs.store_locks import is_full
 from .body import BodyWatch
+from .body_caps import BodyCaps, too_large
 
 _log = logging.getLogger(__name__)
 BUSY_RETRY_AFTER_S = 2
@@ -253,10 +254,10 @@ class RequestGuard:
     def __init__(self, app: ASGIApp, *, max_body_bytes: int, loopback: bool, allowed_hosts: tuple[str, ...] = (),
                  max_upload_bytes: int | None = None, upload_paths: tuple[str, ...] = (),
                  body_timeout_s: float = 30.0, body_min_rate: int = 65536, linger_s: float = 5.0):
-        self.app, self.max_body_bytes, self.loopback = app, max_body_bytes, loopback
+        self.app, self.loopback = app, loopback
         self.body_timeout_s, self.body_min_rate, self.linger_s = body_timeout_s, body_min_rate, linger_s
-        self.max_upload_bytes = max_body_bytes if max_upload_bytes is None else max_upload_bytes
-        self.upload_paths = {path.rstrip("/") for path in upload_paths}
+        self.caps = BodyCaps(max_body_bytes, max_body_bytes if max_upload_bytes is None else max_upload_bytes,
+                             tuple(upload_paths))
         self.allowed = {(_split_host(h) or (h.strip().lower(), None))[0] for h in LOOPBACK_NAMES + tuple(allowed_hosts)}
         self.allowed_exact = {h.strip().lower() for h in allowed_hosts}
 
@@ -265,29 +266,18 @@ class RequestGuard:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
-        cap = self._cap(scope, headers)
-        watch = BodyWatch(receive, send, headers, cap=cap[0], too_large=lambda: self._too_large(
+        cap = self.caps.cap(scope["method"], scope["path"], headers.get("content-type"))
+        watch = BodyWatch(receive, send, headers, cap=cap[0], too_large=lambda: too_large(
                               f"passed {cap[0]:,} bytes before it ended", cap),
                           timeout_s=self.body_timeout_s, min_rate=self.body_min_rate, timed_out=lambda: body_timeout(
                               self.body_timeout_s, self.body_min_rate, watch.seen), linger_s=self.linger_s)
         refusal = (self._host_refusal(headers)
                    or self._cross_site_refusal(scope["method"], headers, scope.get("scheme", "http"))
-                   or self._length_refusal(headers, cap))
+                   or self.caps.length_refusal(headers.get("content-length"), cap))
         if refusal is not None:
             await error_response(refusal)(scope, watch.receive, watch.send)
             return
         await self.app(scope, watch.receive, watch.send)
-
-    def _cap(self, scope: Scope, headers: Headers) -> tuple[int, str]:
-        """The body cap of this request and what the 413 says about it (the setting, a hint)."""
-        media = (headers.get("content-type") or "").partition(";")[0].strip().lower()
-        upload = scope["method"].upper() == "POST" and any(
-            scope["path"].rstrip("/").endswith(path) for path in self.upload_paths)
-        if upload and media == "multipart/form-data":
-            return self.max_upload_bytes, "(serve.max_upload_bytes)"
-        hint = (f"; an input_reference image may come as a multipart/form-data file part, up to "
-                f"{self.max_upload_bytes:,} bytes (serve.max_upload_bytes)") if upload else ""
-        return self.max_body_bytes, f"(serve.max_body_bytes){hint}"
 
     def _host_refusal(self, headers: Headers) -> ApiError | None:
         host = headers.get("host")
@@ -322,22 +312,6 @@ class RequestGuard:
         return ApiError(403, f"{method} refused: {why}. This server takes POST and DELETE only from its own "
                              f"web page or from clients that send no Origin (curl, the OpenAI SDK, scripts)",
                         param="Origin", type="permission_error", code="cross_site_request")
-
-    def _length_refusal(self, headers: Headers, cap: tuple[int, str]) -> ApiError | None:
-        length = headers.get("content-length")
-        if length is None:
-            return None
-        if not length.strip().isdigit():
-            return ApiError(400, f"Content-Length must be a number of bytes, got {length!r}", param="Content-Length",
-                            code="invalid_body")
-        if int(length) > cap[0]:
-            return self._too_large(f"has {int(length):,} bytes", cap)
-        return None
-
-    def _too_large(self, what: str, cap: tuple[int, str]) -> ApiError:
-        limit, setting = cap
-        return ApiError(413, f"the request body {what}; this server takes at most {limit:,} bytes {setting}",
-                        param="body", code="body_too_large")
 
 
 def _same_origin(origin: str, host: str | None, scheme: str = "http") -> bool:

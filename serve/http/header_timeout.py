@@ -28,10 +28,15 @@ and tests/serve/test_http_edges.py the pipelining.
 from __future__ import annotations
 
 import json
+from http import HTTPStatus
+
+import httptools
 
 from pipedit.compat import httptools_protocol
 from pipedit.config import ServeConfig
 
+from ..contract.errors import ApiError
+from .body_caps import BodyCaps
 from .errors import header_timeout, headers_too_large
 
 _RESPONSE = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\nconnection: close\r\ncontent-length: %d\r\n\r\n%s"
@@ -40,11 +45,15 @@ MAX_HEADER_LINES = ServeConfig.max_header_lines
 LINGER_S = 2.0  # after a 431: how long what the client still sends is read and dropped
 
 
-def protocol_class(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_lines: int = MAX_HEADER_LINES):
+def protocol_class(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_lines: int = MAX_HEADER_LINES,
+                   body_caps: BodyCaps | None = None):
     """uvicorn's httptools protocol with a header time limit of `timeout_s` seconds, and at most
-    `max_bytes` bytes (request line and headers) in at most `max_lines` header lines."""
+    `max_bytes` bytes (request line and headers) in at most `max_lines` header lines. With
+    `body_caps`, a request that says `Expect: 100-continue` with a Content-Length over its cap is
+    answered here (413 body_too_large, or 400 for a Content-Length that is no number), before
+    anything reads its body: uvicorn would invite the body (100 Continue) at the first read, and
+    Serve's proxy reads every body at once."""
     late = json.dumps(header_timeout(timeout_s).body()).encode()
-    large = json.dumps(headers_too_large(max_bytes, max_lines).body()).encode()
 
     class HeaderTimeoutProtocol(httptools_protocol()):
         def connection_made(self, transport) -> None:
@@ -88,6 +97,11 @@ def protocol_class(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_line
                 return
             self._begun = False
             self._disarm()
+            if self.expect_100_continue and body_caps is not None:
+                refusal = self._uninvited_body_refusal()
+                if refusal is not None:
+                    self._answer_and_close(refusal)
+                    return
             running = self.cycle if self.cycle is not None and not self.cycle.response_complete else None
             super().on_headers_complete()
             if running is not None and self.pipeline and self.pipeline[0][0] is self.cycle:
@@ -127,14 +141,27 @@ def protocol_class(timeout_s: float, max_bytes: int = MAX_HEADER_BYTES, max_line
                 self.transport.write(_RESPONSE % (b"408 Request Timeout", len(late), late))
             self.transport.close()
 
+        def _uninvited_body_refusal(self) -> ApiError | None:
+            headers = {name: value.decode("latin-1") for name, value in self.headers}
+            path = httptools.parse_url(self.url).path.decode("latin-1")
+            cap = body_caps.cap(self.parser.get_method().decode("ascii"), path, headers.get(b"content-type"))
+            return body_caps.length_refusal(headers.get(b"content-length"), cap)
+
         def _refuse(self) -> None:
             """431, then the client's further bytes are dropped for LINGER_S, then the connection closes."""
+            self._answer_and_close(headers_too_large(max_bytes, max_lines))
+
+        def _answer_and_close(self, error: ApiError) -> None:
+            """`error` as the answer, then the client's further bytes are dropped for LINGER_S (so it
+            can read the answer), then the connection closes. The app never sees the request."""
             self._refused, self._begun = True, False
             self._disarm()
             self.headers = []  # what uvicorn kept of this request's headers
             if self.transport.is_closing():
                 return
-            self.transport.write(_RESPONSE % (b"431 Request Header Fields Too Large", len(large), large))
+            body = json.dumps(error.body()).encode()
+            status = f"{error.status} {HTTPStatus(error.status).phrase}".encode()
+            self.transport.write(_RESPONSE % (status, len(body), body))
             if self.transport.can_write_eof():
                 self.transport.write_eof()
             self.loop.call_later(LINGER_S, self.transport.close)

@@ -65,7 +65,8 @@ def server(demo_checkpoint, tmp_path_factory):
     running.close()
 
 
-def serve_in_thread(app) -> tuple[str, callable]:
+def serve_in_thread(app, http=None) -> tuple[str, callable]:
+    """`app` on uvicorn in a thread, with `http` as its protocol (default: pipedit's, as every test server)."""
     import uvicorn
 
     with socket.socket() as probe:
@@ -74,7 +75,7 @@ def serve_in_thread(app) -> tuple[str, callable]:
     from pipedit.serve.http.header_timeout import protocol_class
 
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning",
-                                           http=protocol_class(HEADER_TIMEOUT_S)))
+                                           http=http or protocol_class(HEADER_TIMEOUT_S)))
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
     wait_for(lambda: server.started, timeout=20)

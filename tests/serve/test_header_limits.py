@@ -12,6 +12,7 @@ import pytest
 
 from pipedit.config import ServeConfig
 from pipedit.errors import UserInputError
+from pipedit.serve.http.body_caps import BodyCaps
 from pipedit.serve.http.header_timeout import MAX_HEADER_BYTES, MAX_HEADER_LINES, protocol_class
 from idle_app import start_idle
 from serve_helpers import call
@@ -135,3 +136,13 @@ def test_serve_proxies_get_the_caps_from_the_environment(monkeypatch):
 
     variables = header_timeout.environment(7.5, 1000, 10)
     assert variables[header_timeout.MAX_BYTES_ENV] == "1000" and variables[header_timeout.MAX_LINES_ENV] == "10"
+    assert header_timeout.MAX_BODY_ENV not in variables  # no body caps given: the app alone caps bodies
+    with_bodies = header_timeout.environment(7.5, body_caps=BodyCaps(100, 1000))
+    assert (with_bodies[header_timeout.MAX_BODY_ENV], with_bodies[header_timeout.MAX_UPLOAD_ENV]) == ("100", "1000")
+    for name, value in with_bodies.items():
+        monkeypatch.setenv(name, value)
+    installed = []
+    monkeypatch.setattr(header_timeout, "use_http_protocol", installed.append)
+    header_timeout.install()
+    assert installed and installed[0].__name__ == "HeaderTimeoutProtocol"
+    assert header_timeout._body_caps() == BodyCaps(100, 1000)

@@ -9,7 +9,9 @@ from urllib.parse import urlsplit
 import pytest
 
 from idle_app import raw_request, start_idle
-from serve_helpers import call
+from pipedit.serve.http.body_caps import BodyCaps
+from pipedit.serve.http.header_timeout import protocol_class
+from serve_helpers import HEADER_TIMEOUT_S, call, serve_in_thread
 
 
 @pytest.fixture(scope="module")
@@ -74,3 +76,35 @@ def test_a_request_pipelined_behind_another_closes_the_connection_after_the_firs
     assert b"connection: close" in got.lower() and closed
     got, closed = _exchange(app.url, request, wait_s=1.0)  # one at a time: kept alive, as before
     assert got.startswith(b"HTTP/1.1 200 ") and not closed
+
+
+async def _eager_reader(scope, receive, send):
+    """Reads the body first, as Ray Serve's proxy does with every request (uvicorn then sends
+    100 Continue at that first read), then answers 200."""
+    if scope["type"] != "http":
+        return
+    while (await receive()).get("more_body"):
+        pass
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"0")]})
+    await send({"type": "http.response.body", "body": b""})
+
+
+@pytest.mark.parametrize("caps", [None, BodyCaps(1 << 20, 20 << 20)], ids=["app-only", "proxy-caps"])
+def test_behind_a_proxy_that_reads_every_body_the_protocol_refuses_before_inviting(caps):
+    # The review's `Expect: 100-continue` with 2 MB came back 100 Continue, then 413: Serve's proxy
+    # reads the body before pipedit's app can refuse it. With the caps the protocol answers first.
+    url, stop = serve_in_thread(_eager_reader, protocol_class(HEADER_TIMEOUT_S, body_caps=caps))
+    try:
+        head = (b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                b"Content-Length: 2000000\r\nExpect: 100-continue\r\n\r\n")
+        got, _ = _exchange(url, head, wait_s=2.0)
+        if caps is None:  # what the proxy did without them: the body invited
+            assert got.startswith(b"HTTP/1.1 100 Continue"), got[:200]
+            return
+        assert got.startswith(b"HTTP/1.1 413 ") and b"100 Continue" not in got and b"body_too_large" in got, got[:300]
+        assert b"serve.max_body_bytes" in got
+        upload = (b"POST /v1/videos HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary=x\r\n"
+                  b"Content-Length: 2000000\r\nExpect: 100-continue\r\n\r\n")  # under serve.max_upload_bytes
+        assert _exchange(url, upload, wait_s=1.0)[0].startswith(b"HTTP/1.1 100 Continue")
+    finally:
+        stop()

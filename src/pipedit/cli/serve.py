@@ -49,13 +49,14 @@ def run(args) -> int:
     import os
 
     from ..serve.header_timeout import CALLBACK_ENV, environment
+    from ..serve.http.body_caps import BodyCaps
     from ..serve.ray_app.launch import serve_until_interrupted
 
     config = _config(args)
     # Before Ray starts: its Serve proxies take their header limits from this environment (an
     # operator's own proxy callback, if set, is left alone).
-    wanted = environment(config.serve.header_timeout_s, config.serve.max_header_bytes,
-                         config.serve.max_header_lines)
+    wanted = environment(config.serve.header_timeout_s, config.serve.max_header_bytes, config.serve.max_header_lines,
+                         BodyCaps(config.serve.max_body_bytes, config.serve.max_upload_bytes))
     if os.environ.get(CALLBACK_ENV, wanted[CALLBACK_ENV]) == wanted[CALLBACK_ENV]:
         os.environ.update(wanted)
     return serve_until_interrupted(config, args.address, args.demo_prompt, port_given=args.port is not None)
