@@ -61,9 +61,10 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     from pipedit.runtime.ray_instance import stop_ray
 
     _stop_on_signals()
-    owns_ray, running_port, how, served, run = False, None, None, [], stopping.new_run()
+    owns_ray, connected, running_port, how, served, run = False, False, None, None, [], stopping.new_run()
     try:
         owns_ray = _connect_ray(config, address)
+        connected = True
         _stop_on_signals()
         running_port = _running_serve_port()
         _serve(config, port_given, running_port, demo_prompt, served, run)
@@ -72,7 +73,8 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     finally:
         # Interrupted while starting on an instance of our own: no replica has run a job; Ray's end
         # takes everything at once.
-        if served or not owns_ray:
+        # Not connected (Ray did not start or the cluster was not reached): nothing of ours to stop.
+        if connected and (served or not owns_ray):
             _stop(config, run, stop_serve=running_port is None and not owns_ray, owns_ray=owns_ray)
         stop_ray(owns_ray)
     print(f"pipedit: stopped on {how}: {'Serve and Ray' if owns_ray else 'the app'} shut down; unfinished jobs "

@@ -94,7 +94,7 @@ def test_a_ray_that_does_not_start_in_time_is_one_line_and_exit_2(monkeypatch, t
     from pipedit.serve import header_timeout
 
     for name in (header_timeout.CALLBACK_ENV, header_timeout.TIMEOUT_ENV, header_timeout.MAX_BYTES_ENV,
-                 header_timeout.MAX_LINES_ENV):
+                 header_timeout.MAX_LINES_ENV, header_timeout.MAX_BODY_ENV, header_timeout.MAX_UPLOAD_ENV):
         monkeypatch.setenv(name, "")  # the command sets them; monkeypatch takes them back
         monkeypatch.delenv(name)
     assert main(["serve", "--data-dir", str(tmp_path)]) == 2
