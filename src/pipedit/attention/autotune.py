@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
+from pipedit import device_time
 from pipedit.attention.base import JointTokens
 from pipedit.distributed.deadline import OpDeadline
 from pipedit.distributed.context import ParallelContext
@@ -56,14 +57,14 @@ def _inputs(ctx: ParallelContext, shape: AttentionShape, dtype: torch.dtype):
     return (q, k, v), sizes, joint
 
 
-def _timed(call, watched: OpDeadline) -> float:
+def _timed(call, watched: OpDeadline, device: torch.device) -> float:
+    device_time.wait_for_device(device)  # the previous call's (or warm-up's) work is not this one's
     start = time.perf_counter()
     out = call()
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-    del out
+    watched.settle()  # the call's collectives completed in time: stop watching them
+    device_time.wait_for_device(device)  # after settle: nothing left that could hang the wait
     elapsed = time.perf_counter() - start
-    watched.settle()  # the call's device-side ops completed (synchronized): stop watching them
+    del out
     return elapsed
 
 
@@ -84,7 +85,8 @@ def interleaved_samples(calls: list, rounds: int, ctx: ParallelContext) -> torch
     for call in calls:
         call()  # warm-up
     watched = ctx.state.deadline
-    samples = torch.tensor([[_timed(call, watched) for call in calls] for _ in range(rounds)], dtype=torch.float64)
+    samples = torch.tensor([[_timed(call, watched, ctx.device) for call in calls] for _ in range(rounds)],
+                           dtype=torch.float64)
     return slowest_rank(samples, ctx)
 
 

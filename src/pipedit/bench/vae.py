@@ -12,7 +12,6 @@ that oneDNN and the allocator keep outside tensors.
 from __future__ import annotations
 
 import re
-import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from multiprocessing import get_context
@@ -20,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from .. import device_time
 from ..adapter import VideoShape, load_adapter
 from ..config import EngineConfig
 
@@ -79,12 +79,10 @@ def measure_decode(path: str, device: str, dtype: torch.dtype | None, shape: Vid
     predicted = _predictor(adapter.family)(adapter.vae_config, latents.shape, adapter.vae.dtype)
     calls = []
     hook = adapter.vae.decoder.register_forward_pre_hook(lambda *_: calls.append(1))
-    with _PeakMeter(adapter.device) as meter:
-        start = time.perf_counter()
+    with _PeakMeter(adapter.device) as meter, device_time.timed(adapter.device) as watch:
         frames = adapter.decode(latents)
-        seconds = time.perf_counter() - start
     hook.remove()
-    return DecodeRun(mode, seconds, meter.peak, predicted, len(calls), frames[0].cpu())
+    return DecodeRun(mode, watch.seconds, meter.peak, predicted, len(calls), frames[0].cpu())
 
 
 def _predictor(name: str):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from .. import faults
+from .. import device_time, faults
 from ..adapter import check_inputs, load_adapter
 from ..config import EngineConfig
 from ..distributed.context import ParallelContext
@@ -178,7 +178,10 @@ class RankWorker:
         self.state.faults.enter(phase="encode", prompt=request.prompt)
         self.state.faults.check()
         with self._encode_stream():
-            return {k: v.cpu() for k, v in encode_request(self.adapter, request).items()}
+            encoded = {k: v.cpu() for k, v in encode_request(self.adapter, request).items()}
+            # The encode's end (encode_s): its own stream only, never a decode running beside it.
+            device_time.wait_for_device(self.device, stream_only=True)
+            return encoded
 
     def _encode_stream(self):
         """Encoding's own CUDA stream. On a decode rank the next request's prompt is encoded in a

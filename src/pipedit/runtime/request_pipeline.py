@@ -189,6 +189,8 @@ class _Run:
                 yield outcome
 
     def _denoise(self, request: VideoRequest, cond, timings: dict) -> Iterator[Outcome]:
+        # Host clocks time device work here because every rank call ends with a wait for its
+        # device (pipedit.device_time): encode, each step, each timed forward, the decode.
         start = time.perf_counter()
         total = self.ex.call("begin", request, cond, timeout=self.deadlines.call_s)[0]
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))

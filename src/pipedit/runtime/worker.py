@@ -10,6 +10,7 @@ import time
 
 import torch
 
+from .. import device_time
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import p2p
@@ -119,6 +120,10 @@ class DenoiseWorker(RankWorker):
             with self.cache.running(self.job.cache):
                 self.job.step(self.adapter)
             self.state.deadline.settle()  # device-side ops of this step completed in time
+            # The step's end, and only there (never inside it): the driver's clock, which times
+            # steps, deadlines and denoise_s, then covers the device work. After settle: no
+            # collective is left that could hang the wait.
+            device_time.wait_for_device(self.device)
         finally:
             self._set_aco(False)
         return self.job.steps_done
@@ -152,14 +157,13 @@ class DenoiseWorker(RankWorker):
         job = self.job
         self._set_aco(aco)
         try:
+            device_time.wait_for_device(self.device)  # earlier work is not this forward's
             start = time.perf_counter()
             timestep = job.timesteps[job.steps_done]
             job.predict(job.latents, timestep, job.cond, self.adapter.guidance_scale_at(job.request, timestep))
-            if job.latents.is_cuda:
-                torch.cuda.synchronize()
-            elapsed = time.perf_counter() - start
             self.state.deadline.settle()  # as a step does: a timed forward's ops are checked, then forgotten
-            return elapsed
+            device_time.wait_for_device(self.device)
+            return time.perf_counter() - start
         finally:
             self._set_aco(False)
 
@@ -180,6 +184,7 @@ class DenoiseWorker(RankWorker):
             self.state.faults.enter(phase="decode", prompt=job.request.prompt)
             self.state.faults.check()
             frames = (self._decode_offloaded if self.offload_idle else self.adapter.decode)(job.latents)[0].cpu()
+            device_time.wait_for_device(self.device)  # the decode phase's end (decode_s)
             return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
         if self.layout.handoff == "p2p":
             self._wait_send()
