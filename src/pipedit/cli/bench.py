@@ -1,4 +1,4 @@
-"""`pipedit bench sp|pipeline|handoff|vae|latency|load|cache|lora`: the benchmarks of pipedit.bench.
+"""`pipedit bench sp|pipeline|handoff|vae|latency|load|cache|lora|kernels`: the benchmarks of pipedit.bench.
 
 Omitted shape flags take the config's generation defaults where a benchmark says so."""
 
@@ -16,10 +16,13 @@ from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle
 def add_parser(sub) -> None:
     p = sub.add_parser("bench", help="latency benchmarks")
     kinds = p.add_subparsers(dest="bench", required=True)
-    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache, _add_lora):
+    from .bench_kernels import add_kernels
+
+    for add in (_add_sp, _add_pipeline, _add_handoff, _add_vae, _add_latency, _add_load, _add_cache, _add_lora,
+                add_kernels):
         add(kinds)
     for name, kind in kinds.choices.items():
-        if name != "load":  # load talks HTTP to a server
+        if name not in ("load", "kernels"):  # load talks HTTP to a server; kernels runs in this process
             add_address_flag(kind)
 
 

@@ -31,6 +31,9 @@ def add_parser(sub) -> None:
                         f"{DEFAULT_INTER_NODE_GBPS:g})")
     p.add_argument("--gpu", choices=GPUS, default="h100",
                    help="hardware profile; 'this': this machine, measured once (CPU ranks) and cached")
+    p.add_argument("--calibration", metavar="FILE",
+                   help="plan with the matmul and attention efficiencies measured by `pipedit bench kernels "
+                        "--write-calibration FILE` on this --gpu's kind (default: the profile's assumptions)")
     p.add_argument("--interconnect", choices=INTERCONNECTS,
                    help="GPU links (default: nvlink where the GPU has it, else pcie)")
     p.add_argument("--guidance-scale", type=float,
@@ -120,6 +123,12 @@ def _profile(args, model, shape, steps: int):
     from ..planner.calibrate import resolve_profile
 
     prof = resolve_profile(args.gpu)
+    if getattr(args, "calibration", None):
+        from ..planner.kernel_calibration import calibrated, check_profile, read_calibration
+
+        measured = read_calibration(args.calibration)
+        check_profile(measured, args.gpu)
+        return calibrated(prof, measured)
     if args.gpu != "this" or not args.model_path:
         return prof
     import sys

@@ -40,27 +40,57 @@ class StepWork:
     kernels_per_layer: int = 30  # assumed kernel launches per block (eager PyTorch, fused attention)
 
 
+@dataclass(frozen=True)
+class BlockWork:
+    """One dense transformer block's forward over one batch element (no CFG), at S video tokens."""
+
+    linear_flops: float  # every GEMM: Q, K, V, O, the MLP, cross-attention's projections
+    self_attention_flops: float  # 4 N^2 d: Q K^T and P V over the N tokens attending (S, or S + text)
+    cross_attention_flops: float  # 4 S T d: video queries over text keys (0 with joint attention)
+    elementwise_bytes: float
+
+    @property
+    def flops(self) -> float:
+        return self.linear_flops + self.self_attention_flops + self.cross_attention_flops
+
+
+def block_work(model: ModelSpec, s: int) -> BlockWork:
+    """The cost model's count for one block at `s` video tokens (step_work multiplies it out): the
+    one place of the FLOP formulas, which the benches use too."""
+    t, h = model.text_tokens, model.hidden
+    per_token_block = (4 + 2 * model.mlp_ratio) * h * h  # Q, K, V, O and the two MLP GEMMs (MACs)
+    if model.cross_attention:
+        # Cross-attention: Q and O on video tokens, K and V on the text tokens.
+        cross = 2 * h * h * s + 2 * h * h * t
+        return BlockWork(2 * (per_token_block * s + cross), 4 * s * s * h, 4 * s * t * h,
+                         ELEMENTWISE_PASSES * (s + t) * h * ACT_BYTES)
+    return BlockWork(2 * per_token_block * (s + t), 4 * (s + t) ** 2 * h, 0.0,
+                     ELEMENTWISE_PASSES * (s + t) * h * ACT_BYTES)
+
+
 def step_work(model: ModelSpec, shape: Shape) -> StepWork:
     s = model.video_tokens(shape.height, shape.width, shape.frames)
-    t = model.text_tokens
-    h, b = model.hidden, model.cfg_batch
-    mlp = model.mlp_ratio
-    per_token_block = (4 + 2 * mlp) * h * h  # Q, K, V, O and the two MLP GEMMs (MACs)
-    if model.cross_attention:
-        # Cross-attention: Q and O on video tokens, K and V on the text tokens (per layer).
-        cross = 2 * h * h * s + 2 * h * h * t
-        linear = 2 * b * model.layers * (per_token_block * s + cross)
-        dense = model.layers - model.sparse_layers
-        self_attn = 4 * s * s * h * (dense + model.sparse_layers / model.sparse_n)
-        cross_attn = 4 * s * t * h * model.layers
-        attention = b * (self_attn + cross_attn)
-        a2a_per_layer = b * s * h * ACT_BYTES * 4  # self: q,k,v,o; cross-attention runs locally (text replicated)
-    else:
-        linear = 2 * b * model.layers * per_token_block * (s + t)
-        attention = 4 * b * (s + t) ** 2 * h * model.layers
-        a2a_per_layer = b * s * h * ACT_BYTES * 4
-    elementwise = ELEMENTWISE_PASSES * b * (s + t) * h * ACT_BYTES * model.layers
-    return StepWork(linear, attention, elementwise, a2a_per_layer, model.layers)
+    b, block = model.cfg_batch, block_work(model, s)
+    self_attention = block.self_attention_flops * self_attention_layers(model)
+    attention = b * (self_attention + block.cross_attention_flops * model.layers)
+    # self: q, k, v, o of the video tokens (cross-attention runs locally: text replicated)
+    a2a_per_layer = b * s * model.hidden * ACT_BYTES * 4
+    return StepWork(b * model.layers * block.linear_flops, attention, b * model.layers * block.elementwise_bytes,
+                    a2a_per_layer, model.layers)
+
+
+def self_attention_layers(model: ModelSpec) -> float:
+    """Dense-equivalent self-attention layers: Skiparse layers attend within sparse_n
+    sub-sequences, 1/sparse_n of a dense layer's self-attention."""
+    return model.layers - model.sparse_layers + model.sparse_layers / model.sparse_n
+
+
+def step_from_block(model: ModelSpec, block_s: float, self_attention_s: float) -> float:
+    """Seconds of one step of the whole model from one dense block's measured time and its
+    self-attention call's (batch 1), counted as step_work counts: every layer, the self-attention
+    of Skiparse layers at its share, and cfg_batch forwards (classifier-free guidance)."""
+    return model.cfg_batch * (model.layers * (block_s - self_attention_s)
+                              + self_attention_s * self_attention_layers(model))
 
 
 @dataclass(frozen=True)
