@@ -112,6 +112,7 @@ class KernelBenchSettings:
     repeats: int = 3
     tokens: int | None = None  # every row at this many video tokens (scaled)
     width_divisor: int = 1  # heads divided by this (head_dim kept): a narrower block (scaled)
+    kernels: tuple[str, ...] = ()  # only these of the available kernels (default: all)
 
     @property
     def scaled(self) -> bool:
@@ -180,6 +181,12 @@ def bench_kernels(settings: KernelBenchSettings, device: torch.device, dtype: to
     device = torch.device(device)
     matmul = device_time.measure_matmul_rate(device)
     kernels = attention_kernels(device)
+    missing = [k for k in settings.kernels if k not in kernels]
+    if missing:
+        from ..errors import UserInputError
+
+        raise UserInputError(f"kernels {missing} do not run on {device}; available: {', '.join(kernels)}")
+    kernels = {k: attend for k, attend in kernels.items() if not settings.kernels or k in settings.kernels}
     rows, same_as = [], {}
     for name, (spec, duplicates) in _models(settings).items():
         same_as[name] = duplicates

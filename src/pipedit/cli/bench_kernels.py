@@ -29,6 +29,8 @@ def add_kernels(kinds) -> None:
                                     "see `pipedit plan --help`)")
     p.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES,
                    help=f"WxHxF video shapes whose token counts the rows use (default {default}: 480p and 720p)")
+    p.add_argument("--kernels", help="comma-separated kernels to time, of those available (default: every one that "
+                                     "passes its probe here: sdpa, sdpa/<backend>, flash, xformers, ...)")
     p.add_argument("--repeats", type=int, default=3, help="timed forwards per row after a warm-up (mean; default 3)")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (default: the first GPU, else cpu)")
     p.add_argument("--tokens", type=int,
@@ -50,7 +52,8 @@ def run(args) -> int:
     from ..distributed.devices import resolve_rank_device
 
     models = tuple(m.strip() for m in (args.models or "").split(",") if m.strip())
-    settings = KernelBenchSettings(models, args.shapes, args.repeats, args.tokens, args.width_divisor)
+    kernels = tuple(k.strip() for k in (args.kernels or "").split(",") if k.strip())
+    settings = KernelBenchSettings(models, args.shapes, args.repeats, args.tokens, args.width_divisor, kernels)
     check_settings(settings)
     device = resolve_rank_device(args.device)
     report = bench_kernels(settings, device, matmul_dtype(device))
