@@ -90,11 +90,16 @@ class RankWorker:
         """The model folder as this rank reads it, on its own node's disk: the embedded demo model
         is built here when the engine runs it (model.path unset); any other folder must be readable
         here, else the start fails naming the node and the path (on a cluster every node needs
-        its own copy, or a shared folder mounted at the same path)."""
+        its own copy, or a shared folder mounted at the same path). A hub id (model.path) is
+        fetched here into this node's hub cache: once per node, its ranks share the download
+        (pipedit.hub); a shared HF_HOME is read by every node."""
         from ..families import demo_model
+        from ..hub import hub_id, model_folder
 
         if self.config.model.path is None:
             path = demo_model(self.config.model.name)  # built once per node
+        elif hub_id(self.config.model.path) is not None:
+            path = model_folder(self.config.model.path, self.config.model.name)
         else:
             path = Path(model_path)
         if not (path.is_dir() and os.access(path, os.R_OK | os.X_OK)):
