@@ -152,8 +152,9 @@ def _targets(name, kohya, original, renames, layers, params, kohya_names) -> lis
     if original:
         for rename in renames:
             found = rename.match(name, kohya)
-            if found is not None:
-                return found
+            if found is not None:  # a layer this model lacks (a block beyond its depth) matches none
+                bases = [target.partition("@")[0] for target in found]
+                return found if all(base in layers or base in params for base in bases) else None
     direct = kohya_names.get(name) if kohya else name
     return [direct] if direct in layers or direct in params else None
 
@@ -176,8 +177,6 @@ def _split(tensor: torch.Tensor, targets: list[str], layers, params, where: str,
     start = 0
     for target in targets:
         base, count, rows = _rows(target, layers, params)
-        if base not in layers and base not in params:
-            raise UserInputError(f"{where}: its key {key!r} maps to {base}, which this model lacks")
         size = rows.stop - rows.start
         if len(targets) == 1 and "@" not in target:
             return {base: tensor}
@@ -207,7 +206,8 @@ def _place(converted, parts, targets, layers, params, settings, name, where, key
         ups = _split(up.float() * factor, targets, layers, params, where, key)
         biases = _split(parts["diff_b"].float(), targets, layers, params, where, key) if "diff_b" in parts else {}
         for layer, layer_up in ups.items():
-            if not isinstance(layers.get(layer), torch.nn.Linear):
+            module = layers.get(layer)
+            if not isinstance(getattr(module, "base_layer", module), torch.nn.Linear):  # peft's wrapper: one before
                 raise UserInputError(f"{where}: its key {key!r} is a LoRA on {layer}, which is not a linear layer")
             converted.pairs[layer] = (down.float(), layer_up, biases.get(layer))
         bias_with_pair = True
@@ -216,6 +216,8 @@ def _place(converted, parts, targets, layers, params, settings, name, where, key
             continue
         for target, delta in _split(parts[part].float(), targets, layers, params, where, key).items():
             param = target if target in params else f"{target}.{attribute}"
+            if param not in params:  # the layer already wrapped by an earlier adapter's peft layer
+                param = f"{target}.base_layer.{attribute}"
             if param not in params or params[param].shape != delta.shape:
                 raise UserInputError(f"{where}: its key {key!r} gives a {tuple(delta.shape)} delta, which fits no "
                                      f"parameter of {target} here")
