@@ -99,7 +99,10 @@ class RankWorker:
         if self.config.model.path is None:
             path = demo_model(self.config.model.name)  # built once per node
         elif hub_id(self.config.model.path) is not None:
-            path = model_folder(self.config.model.path, self.config.model.name)
+            try:
+                path = model_folder(self.config.model.path, self.config.model.name)
+            except UserInputError as error:
+                raise UserInputError(f"rank {self.rank} on node {_node()}: {error}") from None
         else:
             path = Path(model_path)
         if not (path.is_dir() and os.access(path, os.R_OK | os.X_OK)):
@@ -264,3 +267,13 @@ def cpu_threads_per_rank(ranks_on_node: int) -> int:
             raise UserInputError(f"{CPU_THREADS_ENV}={given!r}: expected a whole number of threads >= 1")
         return int(given)
     return max(1, (os.cpu_count() or 1) // ranks_on_node)
+
+
+def _node() -> str:
+    """This process's node (its Ray address; "this machine" outside Ray)."""
+    try:
+        import ray.util
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # in-process ranks of a one-rank run have no Ray node
+        return "this machine"
