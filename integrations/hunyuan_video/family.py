@@ -1,6 +1,6 @@
 """HunyuanVideo's registry entry (pipedit.families discovers it)."""
 
-from pipedit.families import Demo, DryRun, Family, Planner
+from pipedit.families import Demo, DryRun, Family, Hub, Planner, component_files
 
 _HERE = "pipedit.integrations.hunyuan_video"
 
@@ -26,6 +26,12 @@ FAMILY = Family(
     # img_mod shift/scale).
     teacache=(7.33226126e02, -4.01131952e02, 6.75869174e01, -3.14987800e00, 9.61237896e-02),
     lora="diffusers.loaders.lora_pipeline:HunyuanVideoLoraLoaderMixin",
+    lora_names=f"{_HERE}.lora_names:RENAMES",
+    # Size: parameters x stored bytes (13B transformer and the 8B LLaVA-Llama-3 encoder in bfloat16,
+    # CLIP-L and the VAE in float32), rounded up.
+    hub=Hub(files=component_files("transformer", "text_encoder", "text_encoder_2", "vae",
+                                  whole=("scheduler", "tokenizer", "tokenizer_2")),
+            sizes=(("hunyuanvideo-community/HunyuanVideo", 43),)),
     default=True,
     order=0,
     takes=(("flow_shift", 0, "hunyuan-video"),),

@@ -1,6 +1,6 @@
 """HunyuanVideo 1.5's registry entry (pipedit.families discovers it)."""
 
-from pipedit.families import Demo, DryRun, Family, Planner
+from pipedit.families import Demo, DryRun, Family, Hub, Planner, component_files
 
 _HERE = "pipedit.integrations.hunyuan_video_15"
 
@@ -27,7 +27,14 @@ FAMILY = Family(
     # Wan2.1 and others): refused, fbcache runs.
     teacache=None,
     # diffusers 0.42.1 has no LoRA loader mixin for HunyuanVideo 1.5 (its transformer takes PEFT
-    # adapters, but no pipeline reads LoRA files for it): refused.
+    # adapters, but no pipeline reads LoRA files for it): pipedit's own conversion reads every form.
     lora=None,
+    lora_names=f"{_HERE}.lora_names:RENAMES",
+    # Size: parameters x stored bytes (8.3B transformer and the 7B Qwen2.5-VL encoder in bfloat16,
+    # ByT5 and the VAE in float32, the i2v repos' SigLIP too), rounded up.
+    hub=Hub(files=component_files("transformer", "text_encoder", "text_encoder_2", "vae", "image_encoder",
+                                  whole=("scheduler", "guider", "tokenizer", "tokenizer_2", "feature_extractor")),
+            sizes=(("hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_t2v", 35),
+                   ("hunyuanvideo-community/HunyuanVideo-1.5-Diffusers-480p_i2v", 36))),
     order=3,
 )

@@ -1,6 +1,6 @@
 """OpenSoraPlan v1.3's registry entry (pipedit.families discovers it)."""
 
-from pipedit.families import Demo, DryRun, Family, Planner
+from pipedit.families import Demo, DryRun, Family, Hub, Planner
 
 _HERE = "pipedit.integrations.opensora_plan"
 
@@ -13,6 +13,13 @@ FAMILY = Family(
     layout=f"{_HERE}.checkpoint:is_official_layout",
     layout_about="the official Open-Sora-Plan v1.3 layout (any93x640x640/ and vae/)",
     options=frozenset({"text_encoder_path"}),
+    # The release repo holds several transformers (any93x640x640 and others): this one is served.
+    # Size: parameters x stored bytes (the 2.7B transformer in float32, the WFVAE's merged.ckpt),
+    # rounded up; the mT5-XXL encoder (model.text_encoder_path, google/mt5-xxl) apart.
+    hub=Hub(files=("any93x640x640/*.json", "any93x640x640/*.safetensors", "vae/config.json", "vae/merged.ckpt",
+                   "text_encoder/*"),
+            text_encoder_files=("*.json", "*.safetensors", "*.model", "*.txt"),
+            sizes=(("LanguageBind/Open-Sora-Plan-v1.3.0", 12),)),
     heads=f"{_HERE}.adapter:OpenSoraPlanAdapter.config_heads",
     planner=Planner(full_size=f"{_HERE}.planner:SIZES",
                     from_checkpoint=f"{_HERE}.planner:from_checkpoint",

@@ -1,6 +1,6 @@
 """Wan2.1 / Wan2.2's registry entry (pipedit.families discovers it)."""
 
-from pipedit.families import Demo, DryRun, Family, Planner
+from pipedit.families import Demo, DryRun, Family, Hub, Planner, component_files
 
 _HERE = "pipedit.integrations.wan"
 
@@ -10,6 +10,14 @@ FAMILY = Family(
     pipelines=("WanPipeline", "WanImageToVideoPipeline"),
     options=frozenset({"idle_expert"}),
     lora="diffusers.loaders.lora_pipeline:WanLoraLoaderMixin",
+    lora_names=f"{_HERE}.lora_names:RENAMES",
+    # Sizes: parameters x the stored bytes of the diffusers repos (transformer and VAE in float32, the
+    # umT5-XXL encoder in bfloat16, Wan2.1 I2V's CLIP image encoder in float32), rounded up.
+    hub=Hub(files=component_files("transformer", "transformer_2", "text_encoder", "vae", "image_encoder",
+                                  whole=("scheduler", "tokenizer", "image_processor")),
+            sizes=(("Wan-AI/Wan2.1-T2V-1.3B-Diffusers", 18), ("Wan-AI/Wan2.1-T2V-14B-Diffusers", 69),
+                   ("Wan-AI/Wan2.1-I2V-14B-480P-Diffusers", 72), ("Wan-AI/Wan2.2-TI2V-5B-Diffusers", 33),
+                   ("Wan-AI/Wan2.2-T2V-A14B-Diffusers", 126))),
     planner=Planner(full_size=f"{_HERE}.planner:SIZES",
                     from_checkpoint=f"{_HERE}.planner:from_checkpoint",
                     vae_flops=f"{_HERE}.planner:vae_flops",

@@ -207,7 +207,9 @@ def load_adapter(path: str | Path, *, parts=ALL_PARTS, device: str | torch.devic
         if "text_encoder_path" not in entry.options:
             raise ModelPathError(f"a text encoder path applies to {', '.join(_families.accepting('text_encoder_path'))} only, "
                                  f"not to {entry.name}")
-        options["text_encoder_path"] = text_encoder_path
+        from .hub import text_encoder_folder
+
+        options["text_encoder_path"] = text_encoder_folder(text_encoder_path, entry.name)  # a hub id: fetched here
     return entry.adapter_class().from_pretrained(path, parts=frozenset(parts), device=device, dtype=dtype,
                                                  vae_tiling=vae_tiling, **options)
 

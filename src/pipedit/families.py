@@ -63,6 +63,27 @@ class DryRun:
 
 
 @dataclass(frozen=True)
+class Hub:
+    """What a hub id of the family fetches (pipedit.hub): allow patterns in huggingface_hub's
+    sense, relative to the repo's root."""
+
+    files: tuple[str, ...]  # the checkpoint's files the family loads (configs, weights, tokenizers)
+    text_encoder_files: tuple[str, ...] = ()  # a separate text encoder repo's (model.text_encoder_path)
+    # (repo id, GB on disk of `files` there): the released checkpoints, for "Getting the weights"
+    sizes: tuple[tuple[str, float], ...] = ()
+
+
+def component_files(*components: str, whole: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """Allow patterns of a diffusers-layout repo: model_index.json, each component's configs and
+    safetensors weights (not the .bin / .pth copies some repos hold beside them), and the `whole`
+    folders (tokenizers, schedulers: small files of many kinds)."""
+    files = ["model_index.json"]
+    for component in components:
+        files += [f"{component}/*.json", f"{component}/*.safetensors"]
+    return tuple(files + [f"{folder}/*" for folder in whole])
+
+
+@dataclass(frozen=True)
 class Family:
     name: str  # the one spelling: --model, model.name, the adapter's `family`, ModelSpec.family
     adapter: str  # "module:Class" of the ModelAdapter
@@ -78,6 +99,10 @@ class Family:
     # "module:Class" of the diffusers LoRA loader mixin whose lora_state_dict reads the family's LoRA
     # files (its _lora_loadable_modules: the components adapters go into); None: LoRA refused.
     lora: str | None = None
+    # "module:attribute" of the family's LoRA key renames (pipedit.lora.forms.Rename, ...): pipedit's own
+    # reading of the trainers' forms; None with `lora` None: LoRA refused.
+    lora_names: str | None = None
+    hub: Hub | None = None  # what a hub id fetches; None: the whole repo
     default: bool = False  # the family used when neither a model name nor a model path names one
     order: int = 100  # where lists and error texts name it among the families (lowest first)
     # What refusals name this family for, by capability (pipedit.fields): (its place in the list of

@@ -93,6 +93,36 @@ def test_cached_ulysses_run_equals_the_cached_one_rank_run(ray_session, checkpoi
     assert (latents - one_rank.latents).abs().max().item() <= 1e-4 * scale
 
 
+@pytest.mark.slow
+def test_an_adapter_under_ulysses_equals_one_rank(ray_session, checkpoint, tmp_path):
+    """A HunyuanVideo 1.5 adapter in the original form (diffusers reads none for this family:
+    pipedit.lora.forms), on image attention q, text attention v and the MLP of both blocks, under
+    Ulysses 2 against one rank; the same relative bound. The adapter moves the latents far more."""
+    from safetensors.torch import save_file
+
+    generator = torch.Generator().manual_seed(4)
+    inner, mlp = 24, 96
+    tensors = {}
+    for block in (0, 1):
+        for layer, fan_in, fan_out in (("img_attn_q", inner, inner), ("txt_attn_v", inner, inner),
+                                       ("img_mlp.fc1", inner, mlp)):
+            key = f"diffusion_model.double_blocks.{block}.{layer}"
+            tensors[f"{key}.lora_down.weight"] = torch.randn(2, fan_in, generator=generator) * 0.3
+            tensors[f"{key}.lora_up.weight"] = torch.randn(fan_out, 2, generator=generator) * 0.3
+            tensors[f"{key}.alpha"] = torch.tensor(3.0)
+    save_file(tensors, str(tmp_path / "hv15.safetensors"))
+    flags = ["--guidance-scale", str(GUIDANCE), "--lora", f"{tmp_path / 'hv15.safetensors'}:0.8"]
+    runs = {}
+    for name, extra in (("one", []), ("two", ["--ulysses", "2"])):
+        (tmp_path / name).mkdir()
+        runs[name] = generated_latents(checkpoint, tmp_path / name, case(PLAIN), [*flags, *extra])
+    scale = runs["one"].abs().max().item()
+    assert (runs["two"] - runs["one"]).abs().max().item() <= 1e-4 * scale
+    (tmp_path / "none").mkdir()
+    without = generated_latents(checkpoint, tmp_path / "none", case(PLAIN), flags[:2])
+    assert (without - runs["one"]).abs().max().item() > 1e-2 * scale
+
+
 IMAGE_PATHS = [["--ulysses", "2", "--decode-ranks", "1", "--aco", "on"]]  # CFG parallel: the text-to-video case
 
 

@@ -66,8 +66,13 @@ def random_adapters(model_path: Path, family, count: int, rank: int, folder: Pat
             tensors[f"{name}.lora_B.weight"] = torch.randn(linear.out_features, rank, generator=generator) * 0.01
         metadata = {"r": rank, "lora_alpha": rank, "target_modules": sorted(layers)}
         path = folder / f"random-{index}.safetensors"
-        mixin.save_lora_weights(folder, transformer_lora_layers=tensors, weight_name=path.name,
-                                transformer_lora_adapter_metadata=metadata)
+        if mixin is None:  # no diffusers loader (pipedit reads the bare diffusers keys, alpha = rank)
+            from safetensors.torch import save_file
+
+            save_file(tensors, str(path))
+        else:
+            mixin.save_lora_weights(folder, transformer_lora_layers=tensors, weight_name=path.name,
+                                    transformer_lora_adapter_metadata=metadata)
         paths.append(path)
     return paths
 

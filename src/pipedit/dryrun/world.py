@@ -48,6 +48,10 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
             width: int | None, frames: int | None, steps: int, gpu: str, workdir: str | None = None) -> DryWorld:
     if gpu not in PROFILES:
         raise UserInputError(f"unknown --gpu {gpu!r}; profiles: {', '.join(PROFILES)}")
+    if model_path:  # a hub id: its configs, all a dry run reads
+        from ..hub import model_configs
+
+        model_path = str(model_configs(model_path))
     shown = model or config.model.name or (model_name_for(model_path) if model_path else families.DEFAULT)
     name = families.family_for_release(shown).name  # the adapter's (a release's family)
     released = model_path is None

@@ -43,7 +43,7 @@ class SlotLoras:
         self.slots: dict[str, int] = {}
         self.run = {t: ([] if model_config.fuse_loras else
                         [(run_adapter(i), spec.scale) for i, spec in enumerate(model_config.run_loras)
-                         if t in spec.targets])
+                         if t in spec.targets and run_adapter(i) in self.models[t].peft_config])
                     for t in self.models}
         # target -> adapter name -> layer name -> (A, B x alpha/r, bias x alpha/r or None), on the host
         self.weights: dict[str, dict[str, dict[str, tuple]]] = {}

@@ -45,8 +45,11 @@ class LoraSpec:
         return EXPERTS[self.experts]
 
     def identity(self) -> str:
-        """What changes the video: the file (absolute), its scale and experts."""
-        return f"{Path(self.path).resolve()}:{self.scale!r}:{self.experts}"
+        """What changes the video: the file (absolute, or its hub id), its scale and experts."""
+        from ..hub import hub_id
+
+        where = self.path if hub_id(self.path) is not None else Path(self.path).resolve()
+        return f"{where}:{self.scale!r}:{self.experts}"
 
 
 def scale_problem(scale) -> str | None:

@@ -45,8 +45,9 @@ class RankLoras:
         self.run: dict[str, list[tuple[str, float]]] = {t: [] for t in self.models}
         if not model_config.fuse_loras:
             for index, spec in enumerate(model_config.run_loras):
-                for target in spec.targets:
-                    self.run[target].append((run_adapter(index), spec.scale))
+                for target in spec.targets:  # a file of full deltas only left no adapter: its deltas are in the weights
+                    if target in self.models and run_adapter(index) in self.models[target].peft_config:
+                        self.run[target].append((run_adapter(index), spec.scale))
         self.device = torch.device(device)
         self.max_on_device = model_config.max_gpu_loras
         self.on_device: OrderedDict[str, None] = OrderedDict()  # least recently used first

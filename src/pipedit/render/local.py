@@ -31,7 +31,9 @@ def model_identity(config: EngineConfig) -> str:
     it is left out). Without adapters the identity is what it was before they existed."""
     model = config.model
     if model.path:
-        identity = str(Path(model.path).resolve())
+        from ..hub import hub_id
+
+        identity = model.path if hub_id(model.path) is not None else str(Path(model.path).resolve())
     else:
         identity = f"pipedit-demo-{model.name}" if model.name else "pipedit-demo"
     if model.run_loras:

@@ -28,9 +28,12 @@ _log = logging.getLogger(__name__)
 
 
 def resolve_model_path(path: str | None, model: str | None = None) -> Path:
-    """The checkpoint folder; without a path, the tiny demo checkpoint of `model`'s family."""
+    """The checkpoint folder the driver plans from; without a path, the tiny demo checkpoint of
+    `model`'s family; a hub id: its snapshot with the configs only (the ranks fetch the weights)."""
     if path:
-        return Path(path)
+        from ..hub import model_configs
+
+        return model_configs(path)
     from ..families import demo_model
 
     return demo_model(model)

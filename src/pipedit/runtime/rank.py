@@ -90,11 +90,19 @@ class RankWorker:
         """The model folder as this rank reads it, on its own node's disk: the embedded demo model
         is built here when the engine runs it (model.path unset); any other folder must be readable
         here, else the start fails naming the node and the path (on a cluster every node needs
-        its own copy, or a shared folder mounted at the same path)."""
+        its own copy, or a shared folder mounted at the same path). A hub id (model.path) is
+        fetched here into this node's hub cache: once per node, its ranks share the download
+        (pipedit.hub); a shared HF_HOME is read by every node."""
         from ..families import demo_model
+        from ..hub import hub_id, model_folder
 
         if self.config.model.path is None:
             path = demo_model(self.config.model.name)  # built once per node
+        elif hub_id(self.config.model.path) is not None:
+            try:
+                path = model_folder(self.config.model.path, self.config.model.name)
+            except UserInputError as error:
+                raise UserInputError(f"rank {self.rank} on node {_node()}: {error}") from None
         else:
             path = Path(model_path)
         if not (path.is_dir() and os.access(path, os.R_OK | os.X_OK)):
@@ -262,3 +270,13 @@ def cpu_threads_per_rank(ranks_on_node: int) -> int:
             raise UserInputError(f"{CPU_THREADS_ENV}={given!r}: expected a whole number of threads >= 1")
         return int(given)
     return max(1, (os.cpu_count() or 1) // ranks_on_node)
+
+
+def _node() -> str:
+    """This process's node (its Ray address; "this machine" outside Ray)."""
+    try:
+        import ray.util
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # in-process ranks of a one-rank run have no Ray node
+        return "this machine"
