@@ -127,4 +127,14 @@ def probe_attention() -> dict:
         "shape": list(SHAPE),
         "kernels": {name: probe_kernel(name, device) for name in KERNELS},
         "sdpa_backends": {name: probe_sdpa_backend(name, device) for name in SDPA_BACKENDS},
+        "choice": choice_report(device),
     }
+
+
+def choice_report(device: torch.device) -> dict:
+    """What model.attention auto would run on `device` in its serving dtype, and the measured ms
+    per candidate it was chosen by (pipedit.attention.kernel_choice; one rank, nothing agreed)."""
+    from pipedit.attention.kernel_choice import choose_kernels, describe
+    from pipedit.distributed.context import ParallelContext
+
+    return describe(choose_kernels(ParallelContext.single(device), probe_dtype(device)))
