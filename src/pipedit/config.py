@@ -18,7 +18,6 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bf
 VAE_TILING_MODES = ("auto", "on", "off")
 IDLE_EXPERT_MODES = ("resident", "offload")  # model.idle_expert
 PROXY_LOCATIONS = ("HeadOnly", "EveryNode")  # serve.proxy_location
-QUANTIZE_MODES = ("none", "fp8")  # model.quantize
 
 
 @dataclass(frozen=True)
@@ -49,12 +48,8 @@ class ModelConfig:
     offered_loras: tuple = ()
     # Offered adapters whose weights stay on the GPU; the least recently used go back to host memory.
     max_gpu_loras: int = 4
-    # The attention kernel: auto (the fastest exact one, measured per device and dtype at start and
-    # agreed across ranks), or one of pipedit.attention.kernels' names; sage is 8-bit, stated-lossy.
-    attention: str = "auto"
-    # fp8: the DiT's linear layers in float8 (weights per output row, activations per token; GPUs
-    # of compute capability >= 8.9); none: the serving dtype.
-    quantize: str = "none"
+    attention: str = "auto"  # auto (fastest exact, measured at start) or a kernel name; sage: 8-bit, lossy
+    quantize: str = "none"  # fp8: the DiT's block linears in float8 (pipedit.speed_settings checks both)
 
     def __post_init__(self):
         from .lora.spec import lora_specs
@@ -84,18 +79,9 @@ class ModelConfig:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise UserInputError(f"device '{self.device}' is not supported; use auto, cpu or cuda[:N]")
-        self._check_speed_options()
+        from .speed_settings import check_model_speed
 
-    def _check_speed_options(self) -> None:
-        from .attention.kernels import attention_kernels
-
-        _check_choice("model.attention", self.attention, ("auto", *(e.name for e in attention_kernels())))
-        _check_choice("model.quantize", self.quantize, QUANTIZE_MODES)
-        if self.quantize == "fp8" and (self.offered_loras or (self.run_loras and not self.fuse_loras)):
-            raise UserInputError("model.quantize fp8 takes LoRA adapters fused only (model.fuse_loras with "
-                                 "model.run_loras): an unfused adapter would be re-quantized into the float8 "
-                                 "weights at every switch; fuse them (--fuse-loras) or drop --quantize fp8")
-
+        check_model_speed(self)
     def device_type(self) -> str:
         """"cuda" or "cpu". Each rank resolves its own indexed device
         (pipedit.distributed.devices.resolve_rank_device)."""
@@ -366,11 +352,9 @@ class EngineConfig:
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
 
     def __post_init__(self):
-        if self.model.attention == "sage" and self.parallel.ring > 1:
-            raise UserInputError(f"model.attention sage cannot run Ring attention (--ring {self.parallel.ring}): "
-                                 f"Ring merges blocks by their log-sum-exp, which SageAttention does not return; "
-                                 f"use --ring 1 (Ulysses, or Aco) or an exact kernel (--attention auto)")
+        from .speed_settings import check_engine_speed
 
+        check_engine_speed(self)
     def with_overrides(self, section: str, **values: Any) -> "EngineConfig":
         """A copy with the non-None values replaced in one section (how CLI flags apply)."""
         given = {k: v for k, v in values.items() if v is not None}
