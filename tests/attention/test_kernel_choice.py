@@ -43,6 +43,7 @@ def test_padded_text_split_equals_masked_sdpa(valid_text: str) -> None:
     if valid_text == "one row none":
         mask[1] = False
     strategy = get_attention_strategy("local", ParallelContext.single())
+    strategy.kernel.use(choose_kernels(ParallelContext.single(), torch.float32))  # as the runtime does
     out, text_out = strategy(q, k, v, shard_sizes=(video,), joint=JointTokens(tq, tk, tv, mask))
     keys_mask = torch.cat([torch.ones(batch, video, dtype=torch.bool), mask], dim=1)
     reference = _masked_reference(torch.cat([q, tq], 1), torch.cat([k, tk], 1), torch.cat([v, tv], 1), keys_mask)
@@ -52,11 +53,12 @@ def test_padded_text_split_equals_masked_sdpa(valid_text: str) -> None:
     assert strategy.kernel.lse.calls == {"sdpa": 1, "explicit-masked": 1}
 
 
-def test_unpadded_text_keeps_the_unmasked_kernel() -> None:
+def test_unpadded_text_keeps_the_unmasked_kernel_and_no_choice_keeps_masked_sdpa() -> None:
     q, k, v = (torch.randn(1, 5, 2, 8) for _ in range(3))
     kernel = AttentionKernel()
     kernel(q, k, v, None, dense_keys=5)
-    assert kernel.calls == {"sdpa": 1}
+    kernel(q, k, v, torch.tensor([[True, True, True, False, True]]), dense_keys=3)
+    assert kernel.calls == {"sdpa": 1, "sdpa-masked": 1}  # no choice: diffusers' own masked call
 
 
 def _fake(times: dict[str, float]):

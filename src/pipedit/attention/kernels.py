@@ -192,10 +192,12 @@ class AttentionKernel:
 
     With a `KernelChoice` for the call's device and dtype (`use`), unmasked calls run its plain
     kernel. Without one, backend "auto" uses flash-attn, then xformers, when installed, on CUDA,
-    in fp16/bf16; otherwise torch SDPA. A masked call whose first `dense_keys` keys are all valid
-    (video keys before padded text) attends those with the log-sum-exp kernel, unmasked, and the
-    rest with a small masked pass, merged by log-sum-exp: padded text never pushes the whole call
-    onto SDPA's masked path. Optional packages are imported on first use.
+    in fp16/bf16; otherwise torch SDPA. With a choice in use, a masked call whose first
+    `dense_keys` keys are all valid (video keys before padded text) attends those with the
+    log-sum-exp kernel, unmasked, and the rest with a small masked pass, merged by log-sum-exp:
+    padded text never pushes the whole call onto SDPA's masked path. Without one (a strategy built
+    outside the runtime) masked calls take SDPA's masked path, bit-identical to diffusers' own.
+    Optional packages are imported on first use.
     """
 
     def __init__(self, backend: str = "auto") -> None:
@@ -221,7 +223,7 @@ class AttentionKernel:
     ) -> torch.Tensor:
         if k.shape[1] == 0:  # hazard: CPU flash SDPA dies with SIGFPE on zero keys
             return q.new_zeros(*q.shape[:3], v.shape[-1])
-        if key_mask is not None and 0 < dense_keys < k.shape[1]:
+        if key_mask is not None and self.choice is not None and 0 < dense_keys < k.shape[1]:
             self.calls["padded-split"] += 1
             return self._padded(q, k, v, key_mask, dense_keys)
         fast = self._fast_kernel(q, key_mask)
