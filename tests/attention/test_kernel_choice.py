@@ -110,3 +110,32 @@ def test_a_named_kernel_this_machine_lacks_is_refused() -> None:
         check_kernel_setting("sdpa-cudnn", "cpu")
     check_kernel_setting("auto", "cpu")
     check_kernel_setting("sdpa", "cpu")
+
+
+class _Adapter:
+    num_heads, compute_dtype = 4, torch.float32
+
+    def attention_shape(self, shape):
+        from pipedit.attention.autotune import AttentionShape
+
+        return AttentionShape(seq_len=64, text_len=0, heads=4, head_dim=16)
+
+    def enable_sequence_parallel(self, ctx, strategy) -> int:
+        self.strategy = strategy
+        return 3
+
+
+class _Layout:
+    aco = False
+
+
+def test_one_cpu_rank_keeps_the_models_attention_unless_a_kernel_is_named() -> None:
+    from pipedit.config import ParallelConfig
+    from pipedit.runtime.sequence_parallel import SequenceParallelRuntime
+
+    ctx = ParallelContext.single()
+    assert SequenceParallelRuntime.install(_Adapter(), ctx, _Layout(), ParallelConfig()) is None
+    adapter = _Adapter()
+    runtime = SequenceParallelRuntime.install(adapter, ctx, _Layout(), ParallelConfig(), attention="sdpa-flash")
+    assert adapter.strategy.name == "local" and runtime.kernels.plain == "sdpa-flash"
+    assert adapter.strategy.kernel.choice is runtime.kernels
