@@ -48,6 +48,8 @@ class ModelConfig:
     offered_loras: tuple = ()
     # Offered adapters whose weights stay on the GPU; the least recently used go back to host memory.
     max_gpu_loras: int = 4
+    attention: str = "auto"  # auto (fastest exact, measured at start) or a kernel name; sage: 8-bit, lossy
+    quantize: str = "none"  # fp8: the DiT's block linears in float8 (pipedit.speed_settings checks both)
 
     def __post_init__(self):
         from .lora.spec import lora_specs
@@ -77,7 +79,9 @@ class ModelConfig:
             raise UserInputError(f"dtype '{self.dtype}' is not supported; use auto or one of {', '.join(_DTYPES)}")
         if self.device not in ("auto", "cpu") and not self.device.startswith("cuda"):
             raise UserInputError(f"device '{self.device}' is not supported; use auto, cpu or cuda[:N]")
+        from .speed_settings import check_model_speed
 
+        check_model_speed(self)
     def device_type(self) -> str:
         """"cuda" or "cpu". Each rank resolves its own indexed device
         (pipedit.distributed.devices.resolve_rank_device)."""
@@ -347,6 +351,10 @@ class EngineConfig:
     serve: ServeConfig = field(default_factory=ServeConfig)
     reliability: ReliabilityConfig = field(default_factory=ReliabilityConfig)
 
+    def __post_init__(self):
+        from .speed_settings import check_engine_speed
+
+        check_engine_speed(self)
     def with_overrides(self, section: str, **values: Any) -> "EngineConfig":
         """A copy with the non-None values replaced in one section (how CLI flags apply)."""
         given = {k: v for k, v in values.items() if v is not None}

@@ -112,6 +112,9 @@ class Family:
     check_preset: str | None = None  # () -> Path: the model `pipedit check-node` runs on a GPU node
     # (vae config, latent shape, dtype) -> bytes: the untiled VAE decode's peak (`pipedit bench vae`)
     vae_predictor: str | None = None
+    # model.quantize fp8: linear-layer name fragments (inside a block) kept in high precision on top
+    # of the default rule (pipedit.runtime.fp8: norms, embeddings, modulation)
+    fp8_keep: tuple[str, ...] = ()
 
     def load(self, target: str) -> Any:
         return load(target)

@@ -222,5 +222,7 @@ def joint_attention(
     if q.shape[2] == 0:  # an empty PipeSP chunk: nothing to attend, and layouts need not handle it
         text = None if joint is None or joint.q is None else joint.q.new_empty(joint.q.shape)
         return q.new_empty(q.shape), text
-    out = kernel(*kernel_inputs(q, k, v, joint, layout))
+    # Video keys come first and are all valid: only the joint text keys carry the mask.
+    dense_keys = k.shape[1] if k is not None and layout is None and joint is not None else 0
+    out = kernel(*kernel_inputs(q, k, v, joint, layout), dense_keys=dense_keys)
     return split_outputs(out, q.shape[1], joint, layout)

@@ -127,4 +127,37 @@ def probe_attention() -> dict:
         "shape": list(SHAPE),
         "kernels": {name: probe_kernel(name, device) for name in KERNELS},
         "sdpa_backends": {name: probe_sdpa_backend(name, device) for name in SDPA_BACKENDS},
+        "choice": choice_report(device),
     }
+
+
+def choice_report(device: torch.device) -> dict:
+    """What model.attention auto would run on `device` in its serving dtype, and the measured ms
+    per candidate it was chosen by (pipedit.attention.kernel_choice; one rank, nothing agreed)."""
+    from pipedit.attention.kernel_choice import choose_kernels, describe
+    from pipedit.distributed.context import ParallelContext
+
+    return describe(choose_kernels(ParallelContext.single(device), probe_dtype(device)))
+
+
+def kernel_drift(name: str, device: torch.device, dtype: torch.dtype = torch.bfloat16,
+                 shape: tuple[int, int, int, int] = (1, 4096, 8, 128), seed: int = 0) -> dict[str, float]:
+    """How far kernel `name` (pipedit.attention.kernels) lands from exact attention on one random
+    [B, S, H, D] call: the relative L2 error and max abs error against float32 math, beside the
+    same figures for torch SDPA in `dtype` (the rounding any exact kernel in that dtype shows).
+    Prints one line; `pipedit bench kernels` and tests/gpu call it."""
+    from pipedit.attention.kernels import load_backend
+
+    generator = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(3))
+    exact = _reference(q, k, v)
+
+    def errors(out: torch.Tensor) -> tuple[float, float]:
+        diff = out.float() - exact
+        return (diff.norm() / exact.norm()).item(), diff.abs().max().item()
+
+    rel, worst = errors(load_backend(name)(q, k, v))
+    base_rel, base_worst = errors(_sdpa(q, k, v))
+    print(f"attention drift {name} vs exact ({str(dtype).removeprefix('torch.')}, {list(shape)}): relative L2 "
+          f"{rel:.3e}, max abs {worst:.3e} (sdpa in {str(dtype).removeprefix('torch.')}: {base_rel:.3e}, {base_worst:.3e})")
+    return {"relative_l2": rel, "max_abs": worst, "sdpa_relative_l2": base_rel, "sdpa_max_abs": base_worst}

@@ -69,6 +69,11 @@ def run(args) -> int:
     tolerance = args.tolerance if args.tolerance is not None else default_tolerance(config)
     print(f"check-node: {len(cases)} configurations on {ranks} ranks ({config.model.device_type()}), "
           f"{args.height}x{args.width}x{args.num_frames}, {args.steps} steps, tolerance {tolerance:g}")
+    if config.model.attention == "auto":  # what each rank's measured choice starts from: this node's first device
+        from ..attention.kernel_probe import choice_report, probe_device
+        from ..machine.environment import choice_text
+
+        print("\n".join(choice_text(choice_report(probe_device()))))
     started = ensure_ray(ranks)  # one Ray instance for every configuration
     try:
         outcomes = check_node(config, cases, tolerance)

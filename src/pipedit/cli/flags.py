@@ -45,8 +45,19 @@ def add_engine_flags(p, seed_help: str) -> None:
     p.add_argument("--vae-tiling", choices=("auto", "on", "off"),
                    help="tiled VAE decode: auto (on CUDA when an untiled decode would not fit), on or off")
     add_compile_flag(p)
+    add_speed_flags(p)
     add_pipeline_flags(p)
     add_address_flag(p)
+
+
+def add_speed_flags(p) -> None:
+    """--attention and --quantize (config model.attention, model.quantize), shared by generate,
+    render and serve; the config checks the values (pipedit.config)."""
+    p.add_argument("--attention", help="attention kernel: auto (the fastest exact one, measured at start), sdpa, "
+                                       "sdpa-cudnn, sdpa-flash, sdpa-efficient, flash, flash3, xformers, or sage "
+                                       "(8-bit, lossy; not with --ring > 1)")
+    p.add_argument("--quantize", help="fp8: the DiT's linear layers in float8 (GPUs of compute capability >= 8.9); "
+                                      "none (default): the serving dtype")
 
 
 def add_address_flag(p) -> None:
@@ -181,7 +192,8 @@ def engine_config(args):
     config = base_config(args)
     config = config.with_overrides("model", path=args.model_path, vae_tiling=args.vae_tiling, name=args.model,
                                    text_encoder_path=args.text_encoder_path, compile=args.compile,
-                                   idle_expert=args.idle_expert, **lora_overrides(args))
+                                   idle_expert=args.idle_expert, attention=args.attention, quantize=args.quantize,
+                                   **lora_overrides(args))
     config = config.with_overrides("parallel", ulysses=args.ulysses, ring=args.ring, pipesp_chunk=args.pipesp_chunk,
                                    cfg_parallel=args.cfg_parallel)
     config = pipeline_overrides(config, args)

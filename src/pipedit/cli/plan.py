@@ -39,6 +39,8 @@ def add_parser(sub) -> None:
     p.add_argument("--guidance-scale", type=float,
                    help="the requests' guidance: at or below 1 no classifier-free guidance, one forward per step "
                         "(few-step distilled models); default: the model's guidance (two branches for Wan, OpenSoraPlan)")
+    p.add_argument("--quantize", choices=("none", "fp8"), default="none",
+                   help="fp8: the DiT's block linears in float8 (weight memory; config model.quantize)")
     p.add_argument("--lora-rank", type=int, default=0,
                    help="unfused LoRA adapters of this rank on each denoise GPU (memory; default 0: none)")
     p.add_argument("--loras", type=int, default=1,
@@ -102,7 +104,7 @@ def _with_requests(args, model):
     from dataclasses import replace
 
     from ..errors import UserInputError
-    from ..planner.memory import adapter_bytes
+    from ..planner.memory import adapter_bytes, with_quantize
 
     if args.guidance_scale is not None and args.guidance_scale < 0:
         raise UserInputError(f"--guidance-scale must be >= 0, got {args.guidance_scale}")
@@ -111,6 +113,7 @@ def _with_requests(args, model):
                              f"{args.loras}")
     if args.guidance_scale is not None and not _guidance_applies(args.guidance_scale):
         model = replace(model, cfg_batch=1)  # the conditional pass alone (the negative prompt is not encoded)
+    model = with_quantize(model, args.quantize)
     if args.lora_rank:
         model = replace(model, lora_bytes=args.loras * adapter_bytes(model, args.lora_rank))
     return model

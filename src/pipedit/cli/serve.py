@@ -5,7 +5,7 @@ from __future__ import annotations
 
 def add_parser(sub) -> None:
     from .flags import (add_address_flag, add_cache_flag, add_compile_flag, add_idle_expert_flag, add_lora_flags,
-                        add_nodes_flag)
+                        add_nodes_flag, add_speed_flags)
 
     p = sub.add_parser("serve", help="serve the /v1/videos API (Ray Serve) until Ctrl-C")
     p.add_argument("--config", help="YAML config; its serve section sets the defaults below")
@@ -25,6 +25,7 @@ def add_parser(sub) -> None:
     add_address_flag(p)
     add_nodes_flag(p)
     add_compile_flag(p)
+    add_speed_flags(p)
     add_idle_expert_flag(p)
     add_lora_flags(p)
     add_cache_flag(p)
@@ -35,7 +36,8 @@ def _config(args):
     from .flags import base_config, lora_overrides
 
     config = base_config(args).with_overrides("model", path=args.model_path, compile=args.compile,
-                                              idle_expert=args.idle_expert, **lora_overrides(args))
+                                              idle_expert=args.idle_expert, attention=args.attention,
+                                              quantize=args.quantize, **lora_overrides(args))
     config = config.with_overrides("generation", cache=args.cache)  # requests without a cache take it
     config = config.with_overrides("parallel", nodes=args.nodes)
     return config.with_overrides(

@@ -25,6 +25,7 @@ from ..planner import split_denoise_ranks
 from ..planner.cost import Shape
 from ..planner.auto import best_with_decode_ranks
 from ..planner.hardware import PROFILES
+from ..planner.memory import with_quantize
 from ..planner.models import ModelSpec, from_checkpoint, full_size
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
@@ -66,7 +67,11 @@ def resolve(config: EngineConfig, *, model: str | None, model_path: str | None, 
     request = placeholder_for(request, model_inputs(model_path, name).capabilities.needs_image)
     # model.compile: eager. torch.compile cannot trace fake tensors of another device's kernels,
     # and the compiled blocks keep the eager blocks' shapes and the same collectives around them.
+    # model.quantize, model.attention: the planner counts the float8 weights (spec); the fake ranks
+    # run the serving dtype and the reference kernels (neither float8 matmuls nor GPU kernels on a CPU).
+    spec = with_quantize(spec, config.model.quantize)
     model_config = replace(config.model, name=name, path=model_path, device="cpu", compile=False,
+                           quantize="none", attention="auto",
                            text_encoder_path=None if released else config.model.text_encoder_path,
                            dtype="bfloat16" if config.model.dtype == "auto" else config.model.dtype)
     from ..adapter import adapter_class_for

@@ -172,6 +172,16 @@ def _attention_text(attention: dict[str, Any]) -> list[str]:
     backends = attention["sdpa_backends"]
     lines.append("torch SDPA backends (default dispatch / probe)")
     lines += _rows([(name, f"{'enabled ' if b['enabled'] else 'disabled'}  {b['status']}") for name, b in backends.items()])
+    return lines + choice_text(attention["choice"])
+
+
+def choice_text(choice: dict[str, Any]) -> list[str]:
+    """The kernels model.attention auto runs, and why (ms per probe call of each candidate)."""
+    lines = [f"Attention chosen ({choice['device']} {choice['dtype']}): {choice['plain']} unmasked, "
+             f"{choice['lse']} with log-sum-exp; {choice['why']}"]
+    for form, times in choice["measured_ms"].items():
+        cells = [(name, f"{ms:.3f} ms" if isinstance(ms, float) else str(ms)) for name, ms in times.items()]
+        lines += [f"  {form}"] + ["  " + row for row in _rows(cells)]
     return lines
 
 

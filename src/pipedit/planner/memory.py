@@ -54,6 +54,27 @@ def dit_weight_bytes(model: ModelSpec, idle_expert: str = "resident") -> float:
     return on_gpu * model.dit_params * model.dit_bytes_per_param
 
 
+def fp8_bytes_per_param(model: ModelSpec) -> float:
+    """Bytes per DiT parameter under model.quantize fp8: the blocks' attention and MLP linears
+    (pipedit.runtime.fp8's rule) in float8, 1 byte plus a 4-byte scale per output row (counted as
+    4 / hidden per parameter); the rest (norms, embeddings, modulation, the final projection) in
+    the serving dtype (2 bytes)."""
+    square = model.hidden * model.hidden
+    per_stream = (4 + 2 * model.mlp_ratio) * square  # q, k, v, out + the MLP's two linears
+    streams = 2 * model.dual_layers + model.single_layers  # dual-stream blocks: text has its own
+    cross = model.single_layers * 4 * square if model.cross_attention else 0.0
+    quantized = min(model.dit_params, streams * per_stream + cross)
+    total = quantized * (1 + 4 / model.hidden) + (model.dit_params - quantized) * 2
+    return total / model.dit_params if model.dit_params else 2.0
+
+
+def with_quantize(model: ModelSpec, quantize: str) -> ModelSpec:
+    """The model as served with model.quantize `quantize` ("none" or "fp8")."""
+    from dataclasses import replace
+
+    return replace(model, dit_bytes_per_param=fp8_bytes_per_param(model)) if quantize == "fp8" else model
+
+
 def idle_expert_host_bytes(model: ModelSpec, idle_expert: str) -> float:
     """The node's one page-cache copy of an offloaded idle expert's checkpoint files (files stored
     in the dtype the model serves in; a float32 checkpoint maps twice this); 0 when resident."""

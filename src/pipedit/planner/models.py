@@ -39,7 +39,7 @@ class ModelSpec:
     sparse_n: int = 1
     cfg_batch: int = 1  # 2: classifier-free guidance runs cond and uncond together
     dit_params: float = 0.0
-    dit_bytes_per_param: int = 2  # bf16 serving
+    dit_bytes_per_param: float = 2  # bf16 serving; about 1.0 with model.quantize fp8 (planner.memory)
     patch: tuple[int, int, int] = (1, 2, 2)  # (t, h, w)
     latent_channels: int = 16
     vae: dict = field(default_factory=dict)

@@ -7,7 +7,9 @@ import torch
 
 from ..attention.aco import plan_aco
 from ..attention.autotune import AttentionShape, measure_chunks, pick_faster
+from ..attention.kernel_choice import ProbeShape, choose_kernels
 from ..attention.registry import get_attention_strategy
+from ..adapter import VideoShape
 from ..config import ParallelConfig
 from ..distributed.context import ParallelContext
 from ..errors import UserInputError
@@ -36,6 +38,7 @@ def strategy_name(parallel: ParallelConfig) -> str:
 class SequenceParallelRuntime:
     def __init__(self, ctx: ParallelContext, strategy, parallel: ParallelConfig, dtype: torch.dtype,
                  attention_calls: int, aco_capable: bool):
+        self.kernels = None  # the KernelChoice the strategy runs (set by install)
         self.ctx = ctx
         self.strategy = strategy
         self.parallel = parallel
@@ -45,22 +48,29 @@ class SequenceParallelRuntime:
         self.chosen_chunks: dict[AttentionShape, int | None] = {}  # PipeSP chunk per attention shape
 
     @classmethod
-    def install(cls, adapter, ctx: ParallelContext, layout: WorldLayout,
-                parallel: ParallelConfig) -> "SequenceParallelRuntime | None":
-        """Routes the DiT's attention through the layout's strategy; None when there is nothing
-        to parallelise (one denoise rank and no Aco helpers)."""
-        if ctx.world_size == 1 and not layout.aco:
+    def install(cls, adapter, ctx: ParallelContext, layout: WorldLayout, parallel: ParallelConfig,
+                attention: str = "auto") -> "SequenceParallelRuntime | None":
+        """Routes the DiT's attention through the layout's strategy, running the attention kernel
+        `attention` names (auto: measured, agreed over the SP group; a collective). None when one
+        rank on a CPU with auto attention and no Aco helpers: the model's own attention runs."""
+        single = ctx.world_size == 1 and not layout.aco
+        if single and attention == "auto" and ctx.device.type != "cuda":
             return None
-        name = "aco" if layout.aco else strategy_name(parallel)
+        name = "local" if single else "aco" if layout.aco else strategy_name(parallel)
         fixed = parallel.pipesp_chunk
-        options = {} if name == "ring" else {
+        options = {} if name in ("ring", "local") else {
             "num_heads": adapter.num_heads, "chunk_heads": fixed if isinstance(fixed, int) else None,
         }
         if layout.aco:
             options["plan"] = plan_aco(adapter.num_heads, layout.denoise_ranks, layout.decode_ranks)
         strategy = get_attention_strategy(name, ctx, **options)
         calls = adapter.enable_sequence_parallel(ctx, strategy)
-        return cls(ctx, strategy, parallel, adapter.compute_dtype, calls, layout.aco)
+        runtime = cls(ctx, strategy, parallel, adapter.compute_dtype, calls, layout.aco)
+        runtime.kernels = choose_kernels(ctx, adapter.compute_dtype, attention, probe_shape(adapter, ctx))
+        strategy.kernel.use(runtime.kernels)
+        if hasattr(strategy, "lse_kernel"):
+            strategy.lse_kernel.use(runtime.kernels)
+        return runtime
 
     def prepare(self, adapter, request: VideoRequest) -> None:
         if self.parallel.pipesp_chunk == "auto":
@@ -74,3 +84,9 @@ class SequenceParallelRuntime:
         if shape not in self.chosen_chunks:
             self.chosen_chunks[shape] = pick_faster(measure_chunks(self.strategy, self.ctx, shape, self.dtype))
         return self.chosen_chunks[shape]
+
+
+def probe_shape(adapter, ctx: ParallelContext) -> ProbeShape:
+    """The kernel probe's call: one rank's heads and head dim at about a 480p video's share."""
+    shape = adapter.attention_shape(VideoShape(480, 832, 33))
+    return ProbeShape(tokens=8192, heads=max(1, shape.heads // ctx.ulysses_degree), head_dim=shape.head_dim)

@@ -21,6 +21,10 @@ from .denoise import DenoiseJob
 from .rank import RankWorker
 from .cfg_parallel import CfgParallelPredictor
 from .sequence_parallel import SequenceParallelRuntime
+from ..attention.kernel_choice import check_kernel_setting
+from ..distributed.context import ParallelContext
+from .fp8 import quantize_fp8
+from .. import families
 
 
 class DenoiseWorker(RankWorker):
@@ -39,8 +43,12 @@ class DenoiseWorker(RankWorker):
         self.lora_switch_s = 0.0  # the current job's adapter activation (moves to the device included)
         if self.layout.cfg > 1:
             self.predict = CfgParallelPredictor(self.adapter, self.ctx)
-        if self.layout.world_size > 1:
-            self.sp = SequenceParallelRuntime.install(self.adapter, self.ctx, self.layout, self.config.parallel)
+        model = self.config.model
+        check_kernel_setting(model.attention, self.device.type, self.adapter.compute_dtype)
+        if model.quantize == "fp8":  # after fused adapters, before the processors and compile
+            quantize_fp8(self._transformers(), self.device, families.family(self.adapter.family).fp8_keep)
+        ctx = self.ctx if self.ctx is not None else ParallelContext.single(self.device)
+        self.sp = SequenceParallelRuntime.install(self.adapter, ctx, self.layout, self.config.parallel, model.attention)
         if self.config.model.compile:  # after the attention processors are final, before any block wrapper
             from .compile import apply_compile
 
