@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from pipedit.machine import environment
-from pipedit.attention.kernel_probe import KERNELS, NEEDS_CUDA, OK, SDPA_BACKENDS
+from pipedit.attention.kernel_probe import NEEDS_CUDA, OK, SDPA_BACKENDS
+from pipedit.attention.kernels import attention_kernels
 from pipedit.cli import main
 
 
@@ -44,7 +45,7 @@ def test_json_has_the_documented_keys_and_types(capsys):
     count = torch.cuda.device_count() if torch.cuda.is_available() else 0
     assert len(data["gpus"]) == count and len(data["peer_access"]) == count * (count - 1)
     assert isinstance(data["topology"], str)
-    assert set(data["attention"]["kernels"]) == set(KERNELS)
+    assert set(data["attention"]["kernels"]) == {entry.name for entry in attention_kernels()}
     assert set(data["attention"]["sdpa_backends"]) == set(SDPA_BACKENDS)
 
 
@@ -52,7 +53,7 @@ def test_sdpa_works_and_gpu_kernels_need_cuda_on_cpu(report):
     attention = report["attention"]
     assert attention["kernels"]["sdpa"] == OK
     if attention["device"] == "cpu":
-        cuda_only = [name for name, (_, _, only) in KERNELS.items() if only]
+        cuda_only = [entry.name for entry in attention_kernels() if entry.cuda_only]
         assert cuda_only and all(attention["kernels"][name] == NEEDS_CUDA for name in cuda_only)
 
 

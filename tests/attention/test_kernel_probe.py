@@ -3,14 +3,15 @@
 import torch
 
 from pipedit.attention import kernel_probe
-from pipedit.attention.kernel_probe import NOT_INSTALLED, OK, probe_kernel, run_probe
-from pipedit.attention.kernels import BACKENDS
+from pipedit.attention.kernel_probe import NOT_INSTALLED, OK, run_probe
+from pipedit.attention.kernels import BACKENDS, KernelEntry, attention_kernels
 
 CPU = torch.device("cpu")
 
 
-def test_probes_every_backend_attention_kernel_can_pick():
-    assert set(kernel_probe.KERNELS) == set(BACKENDS) - {"auto"}
+def test_probes_every_kernel_of_the_table_and_every_backend_attention_kernel_can_pick():
+    probed = set(kernel_probe.probe_attention()["kernels"])
+    assert probed == {entry.name for entry in attention_kernels()} and probed >= set(BACKENDS) - {"auto"}
 
 
 def test_a_correct_kernel_is_ok():
@@ -30,8 +31,8 @@ def test_a_wrong_result_is_an_error():
 
 
 def test_a_missing_package_is_not_installed(monkeypatch):
-    monkeypatch.setitem(kernel_probe.KERNELS, "missing", ("no_such_attention_package", lambda: None, False))
-    assert probe_kernel("missing", CPU) == NOT_INSTALLED
+    missing = KernelEntry("missing", "no_such_attention_package", True, False, lambda: None)
+    assert kernel_probe.probe_entry(missing, CPU) == NOT_INSTALLED
 
 
 def test_cpu_sdpa_backends_with_a_cpu_kernel_work():

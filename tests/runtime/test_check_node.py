@@ -22,6 +22,7 @@ def test_check_node_passes_on_cpu_ranks(ray_session, demo_checkpoint, capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "ulysses 2" in out and "dedivae 1+1 aco" in out and "2 passed, 0 failed" in out
+    assert "Attention chosen (cpu float32)" in out  # measured in a Ray task, not in this driver
 
 
 def test_the_reference_runs_in_its_own_rank_process(ray_session, demo_checkpoint):

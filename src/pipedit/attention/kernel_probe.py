@@ -1,6 +1,7 @@
 """Which attention kernels actually run on this machine, found by running them.
 
-Each kernel pipedit can pick (the `AttentionKernel` backends, and torch SDPA's own backends)
+Each kernel of the kernel table (pipedit.attention.kernels.attention_kernels), and torch SDPA
+forced to each of its own backends,
 attends one tiny [1, 64, 2, 64] input ([B, S, H, D]; bfloat16 on CUDA, float32 on CPU) and
 its result is compared with float32 reference math. A status is "ok", "not installed",
 "needs CUDA", or "error: " plus the first line of what went wrong.
@@ -15,7 +16,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from pipedit.attention.kernels import load_backend
+from pipedit.attention.kernels import KernelEntry, attention_kernels, kernel_entry
 
 SHAPE = (1, 64, 2, 64)
 # bfloat16 against float32 math on unit-variance inputs: well above rounding, far below a wrong result.
@@ -30,12 +31,6 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return out.transpose(1, 2)
 
 
-# AttentionKernel backend name -> (module that must be importable, loader of the callable, CUDA only)
-KERNELS: dict[str, tuple[str, Callable[[], Attend], bool]] = {
-    "flash": ("flash_attn", lambda: load_backend("flash"), True),
-    "xformers": ("xformers", lambda: load_backend("xformers"), True),
-    "sdpa": ("torch", lambda: _sdpa, False),
-}
 # torch SDPA backend -> (torch.nn.attention.SDPBackend member, its torch.backends.cuda switch, CUDA only)
 SDPA_BACKENDS: dict[str, tuple[str, str, bool]] = {
     "flash": ("FLASH_ATTENTION", "flash_sdp_enabled", False),
@@ -86,13 +81,17 @@ def error_status(exc: BaseException) -> str:
 
 
 def probe_kernel(name: str, device: torch.device) -> str:
-    module, load, cuda_only = KERNELS[name]
-    if cuda_only and device.type != "cuda":
+    """The status of kernel `name` of the kernel table (pipedit.attention.kernels) on `device`."""
+    return probe_entry(kernel_entry(name), device)
+
+
+def probe_entry(entry: KernelEntry, device: torch.device) -> str:
+    if entry.cuda_only and device.type != "cuda":
         return NEEDS_CUDA
-    if importlib.util.find_spec(module) is None:
+    if importlib.util.find_spec(entry.module) is None:
         return NOT_INSTALLED
     try:
-        attend = load()
+        attend = entry.plain()
     except Exception as exc:  # noqa: BLE001 - a broken install, reported as such
         return error_status(exc)
     return run_probe(attend, device)
@@ -125,7 +124,7 @@ def probe_attention() -> dict:
         "device": str(device),
         "dtype": str(probe_dtype(device)).removeprefix("torch."),
         "shape": list(SHAPE),
-        "kernels": {name: probe_kernel(name, device) for name in KERNELS},
+        "kernels": {entry.name: probe_entry(entry, device) for entry in attention_kernels()},
         "sdpa_backends": {name: probe_sdpa_backend(name, device) for name in SDPA_BACKENDS},
         "choice": choice_report(device),
     }
@@ -146,8 +145,6 @@ def kernel_drift(name: str, device: torch.device, dtype: torch.dtype = torch.bfl
     [B, S, H, D] call: the relative L2 error and max abs error against float32 math, beside the
     same figures for torch SDPA in `dtype` (the rounding any exact kernel in that dtype shows).
     Prints one line; `pipedit bench kernels` and tests/gpu call it."""
-    from pipedit.attention.kernels import load_backend
-
     generator = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(shape, generator=generator).to(device, dtype) for _ in range(3))
     exact = _reference(q, k, v)
@@ -156,7 +153,7 @@ def kernel_drift(name: str, device: torch.device, dtype: torch.dtype = torch.bfl
         diff = out.float() - exact
         return (diff.norm() / exact.norm()).item(), diff.abs().max().item()
 
-    rel, worst = errors(load_backend(name)(q, k, v))
+    rel, worst = errors(kernel_entry(name).plain()(q, k, v))
     base_rel, base_worst = errors(_sdpa(q, k, v))
     print(f"attention drift {name} vs exact ({str(dtype).removeprefix('torch.')}, {list(shape)}): relative L2 "
           f"{rel:.3e}, max abs {worst:.3e} (sdpa in {str(dtype).removeprefix('torch.')}: {base_rel:.3e}, {base_worst:.3e})")

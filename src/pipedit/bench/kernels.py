@@ -10,9 +10,11 @@ releases): norm and modulation, the Q/K/V/O projections, self-attention through 
 MLP; its FLOPs are the cost model's block_work, which counts exactly these GEMMs and attention
 products. Elementwise work (norms, modulation, gating) is real but not counted as FLOPs.
 
-Kernels come from the attention kernel table (pipedit.attention.kernel_probe: KERNELS and torch
-SDPA's backends), each kept only where its probe passes on this device: a kernel added to that
-table is benched without a change here. Linear precisions come from LINEAR_PRECISIONS (name ->
+Kernels come from the attention kernel table (pipedit.attention.kernels.attention_kernels: torch
+SDPA and each of its backends, flash-attn, xformers, SageAttention, ...), each kept only where its
+probe passes on this device: a kernel added to that table is benched without a change here. Only
+exact kernels can be the fastest that calibrates the planner; a lossy one (sage) is timed beside.
+Linear precisions come from LINEAR_PRECISIONS (name ->
 converter of a block's linear layers), likewise.
 
 Timing: per row a warm-up, then `repeats` forwards back to back with one wait for the device at
@@ -31,7 +33,9 @@ import torch
 import torch.nn.functional as F
 
 from .. import device_time
-from ..attention.kernel_probe import KERNELS, OK, SDPA_BACKENDS, probe_kernel, probe_sdpa_backend
+from ..errors import UserInputError
+from ..attention.kernel_probe import OK, probe_entry
+from ..attention.kernels import attention_kernels as kernel_table
 from ..planner.cost import block_work, step_from_block
 from ..planner.models import ModelSpec, full_size, model_names
 from .rates import achieved
@@ -45,30 +49,29 @@ def _as_is(block: torch.nn.Module, device: torch.device) -> torch.nn.Module:
     return block
 
 
+def _fp8(block: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """The block's GEMMs in float8 as `--quantize fp8` runs them (the modulation is a parameter,
+    not a linear layer: it stays, as serving keeps modulation in high precision)."""
+    from ..runtime.fp8 import check_fp8_device, replace_linears
+
+    check_fp8_device(device)
+    replace_linears(block, [n for n, m in block.named_modules() if isinstance(m, torch.nn.Linear)])
+    return block
+
+
 # Linear-layer precision -> converter of a block (raises UserInputError where the device lacks it).
 # "native": the block in the bench's dtype (bf16 on CUDA), reported under that dtype's name.
-LINEAR_PRECISIONS: dict[str, Callable[[torch.nn.Module, torch.device], torch.nn.Module]] = {"native": _as_is}
-
-
-def _sdpa_with(backend) -> Attend:
-    from torch.nn.attention import sdpa_kernel
-
-    def attend(q, k, v):
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
-    return attend
+LINEAR_PRECISIONS: dict[str, Callable[[torch.nn.Module, torch.device], torch.nn.Module]] = {
+    "native": _as_is, "fp8": _fp8}
 
 
 def attention_kernels(device: torch.device) -> dict[str, Attend]:
-    """Every kernel of the kernel table whose probe passes on `device`, and torch SDPA forced to
-    each of its backends that passes ("sdpa/<backend>")."""
-    from torch.nn.attention import SDPBackend
+    """Every kernel of the kernel table whose probe passes on `device`, by name."""
+    return {entry.name: entry.plain() for entry in kernel_table() if probe_entry(entry, device) == OK}
 
-    found = {name: entry[1]() for name, entry in KERNELS.items() if probe_kernel(name, device) == OK}
-    for name, (member, _switch, _cuda_only) in SDPA_BACKENDS.items():
-        if probe_sdpa_backend(name, device)["status"] == OK:
-            found[f"sdpa/{name}"] = _sdpa_with(getattr(SDPBackend, member))
-    return found
+
+def _exact(kernel: str) -> bool:
+    return any(entry.exact for entry in kernel_table() if entry.name == kernel)
 
 
 class SpecBlock(torch.nn.Module):
@@ -183,15 +186,17 @@ def bench_kernels(settings: KernelBenchSettings, device: torch.device, dtype: to
     kernels = attention_kernels(device)
     missing = [k for k in settings.kernels if k not in kernels]
     if missing:
-        from ..errors import UserInputError
-
         raise UserInputError(f"kernels {missing} do not run on {device}; available: {', '.join(kernels)}")
     kernels = {k: attend for k, attend in kernels.items() if not settings.kernels or k in settings.kernels}
-    rows, same_as = [], {}
+    rows, same_as, skipped = [], {}, {}
     for name, (spec, duplicates) in _models(settings).items():
         same_as[name] = duplicates
         for precision, convert in LINEAR_PRECISIONS.items():
-            block = convert(SpecBlock(spec, device, dtype), device)
+            try:
+                block = convert(SpecBlock(spec, device, dtype), device)
+            except UserInputError as refused:  # a precision this device lacks (fp8 below sm89, a CPU)
+                skipped[precision] = str(refused)
+                continue
             for shape in settings.shapes:
                 for kernel, attend in kernels.items():
                     rows.append(_row(name, spec, shape, kernel, attend, precision, block, device, dtype, settings, matmul))
@@ -200,13 +205,15 @@ def bench_kernels(settings: KernelBenchSettings, device: torch.device, dtype: to
     return {"device": str(device), "gpu_name": gpu_name, "dtype": str(dtype).removeprefix("torch."),
             "matmul": asdict(matmul) | {"text": matmul.describe()}, "repeats": settings.repeats,
             "scaled": {"tokens": settings.tokens, "width_divisor": settings.width_divisor} if settings.scaled else None,
-            "same_as": same_as, "rows": rows, "fastest": fastest(rows)}
+            "same_as": same_as, "precisions_skipped": skipped, "rows": rows, "fastest": fastest(rows)}
 
 
 def fastest(rows: list[dict]) -> dict | None:
-    """The kernel and precision with the least block time summed over the rows every one of them
-    ran (None if no pair ran them all)."""
-    pairs = {(r["kernel"], r["precision"]) for r in rows}
+    """The exact kernel, with native-precision linears, of least block time summed over the rows
+    every one of them ran (None if none ran them all; a native row names its dtype, not a key of
+    LINEAR_PRECISIONS): what the planner's bf16 predictions are
+    calibrated by. Lossy kernels and fp8 rows are timed beside it, never chosen here."""
+    pairs = {(r["kernel"], r["precision"]) for r in rows if _exact(r["kernel"]) and r["precision"] not in LINEAR_PRECISIONS}
     cells = {(r["model"], r["shape"]) for r in rows}
     totals = {}
     for pair in pairs:
@@ -221,7 +228,6 @@ def fastest(rows: list[dict]) -> dict | None:
 
 def calibration(report: dict) -> dict:
     """The planner's calibration file (pipedit.planner.kernel_calibration) from the fastest pair's rows."""
-    from ..errors import UserInputError
     from ..planner.kernel_calibration import FORMAT, ROW_FIELDS
 
     best = report["fastest"]
@@ -262,19 +268,20 @@ def format_report(report: dict) -> str:
     for r in flagged:
         text = r["block"].get("measurement_error") or r["attention"]["measurement_error"]
         lines.append(f"{r['model']} {r['shape']} {r['kernel']}: {text}")
+    for precision, reason in report["precisions_skipped"].items():
+        lines.append(f"{precision} linears not timed: {reason}")
     for name, same in report["same_as"].items():
         if same:
             lines.append(f"{name}: also stands for {', '.join(same)} (same block and tokens)")
     best = report["fastest"]
     if best:
-        lines.append(f"fastest over every row: {best['kernel']} attention, {best['precision']} linears")
+        lines.append(f"fastest exact kernel over every row: {best['kernel']} attention, {best['precision']} linears")
     lines.append("s/step: the whole model, every block at this row's time (self-attention of sparse layers at its "
                  "share), times the CFG forwards the planner counts")
     return "\n".join(lines)
 
 
 def check_settings(settings: KernelBenchSettings) -> None:
-    from ..errors import UserInputError
 
     unknown = [m for m in settings.models if m not in model_names()]
     if unknown:

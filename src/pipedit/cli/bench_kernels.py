@@ -30,7 +30,7 @@ def add_kernels(kinds) -> None:
     p.add_argument("--shapes", type=_shapes, default=DEFAULT_SHAPES,
                    help=f"WxHxF video shapes whose token counts the rows use (default {default}: 480p and 720p)")
     p.add_argument("--kernels", help="comma-separated kernels to time, of those available (default: every one that "
-                                     "passes its probe here: sdpa, sdpa/<backend>, flash, xformers, ...)")
+                                     "passes its probe here: sdpa, sdpa-flash, sdpa-cudnn, flash, flash3, xformers, sage, ...)")
     p.add_argument("--repeats", type=int, default=3, help="timed forwards per row after a warm-up (mean; default 3)")
     p.add_argument("--device", default="auto", help="cuda, cuda:N, cpu or auto (default: the first GPU, else cpu)")
     p.add_argument("--tokens", type=int,

@@ -69,16 +69,31 @@ def run(args) -> int:
     tolerance = args.tolerance if args.tolerance is not None else default_tolerance(config)
     print(f"check-node: {len(cases)} configurations on {ranks} ranks ({config.model.device_type()}), "
           f"{args.height}x{args.width}x{args.num_frames}, {args.steps} steps, tolerance {tolerance:g}")
-    if config.model.attention == "auto":  # what each rank's measured choice starts from: this node's first device
-        from ..attention.kernel_probe import choice_report, probe_device
-        from ..machine.environment import choice_text
-
-        print("\n".join(choice_text(choice_report(probe_device()))))
     started = ensure_ray(ranks)  # one Ray instance for every configuration
     try:
+        if config.model.attention == "auto":
+            print(_kernel_choice(config.model.device_type() == "cuda"))
         outcomes = check_node(config, cases, tolerance)
     finally:
         stop_ray(started)
     bad = [o.case.name for o in outcomes if not passed(o, tolerance)]
     print(f"{len(outcomes) - len(bad)} passed, {len(bad)} failed" + (f": {', '.join(bad)}" if bad else ""))
     return 1 if bad else 0
+
+
+def _choose_on_a_device() -> dict:
+    from ..attention.kernel_probe import choice_report, probe_device
+
+    return choice_report(probe_device())
+
+
+def _kernel_choice(use_gpu: bool) -> str:
+    """What model.attention auto measures and picks on one of the node's devices, printed before
+    the cases run. Measured in a Ray task that holds a GPU and exits after (max_calls=1), never in
+    this driver process: a CUDA context here would sit on GPU 0 beside rank 0 for the whole run."""
+    import ray
+
+    from ..machine.environment import choice_text
+
+    task = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0, max_calls=1)(_choose_on_a_device)
+    return "\n".join(choice_text(ray.get(task.remote())))
