@@ -65,6 +65,12 @@ class AdapterHooks:
     # denoising (Wan2.2 A14B: its Experts, whose index_for(timestep) picks one); None: one DiT.
     expert_set: Any = None
 
+    def first_swap_bytes(self) -> int:
+        """Bytes this rank's first swap of offloaded weights reads from their files, where nothing
+        has read them yet (the driver widens the first request's deadlines by their read time,
+        pipedit.runtime.deadlines); default 0: nothing is offloaded."""
+        return 0
+
     # -- step cache (pipedit.cache) -----------------------------------------------------------
     def cache_blocks(self) -> Any:
         """The transformer's blocks as the step cache sees them (pipedit.cache.blocks.CacheBlocks);

@@ -26,7 +26,8 @@ profile's capacity minus what the rank holds (the decode's CUDA path), not the C
 with several decode ranks every one decides on the tightest one's (runtime.decode_budget), as in
 the engine: each decode rank is loaded once more beforehand to measure it.
 Wan2.2 A14B with model.idle_expert offload: the idle expert's weights are not counted (they stand
-in host memory; the adapter moves nothing on the dry run's CPU device).
+in host memory; the adapter moves nothing on the dry run's CPU device); host_bytes counts its
+files' bytes, in the files' dtype.
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ import functools
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..adapter import load_adapter
+from ..mapped_weights import checkpoint_bytes
 from ..config import EngineConfig
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
@@ -65,7 +68,7 @@ class RankResult:
     split_peak_bytes: int | None = None  # peak during a decode split over the decode group
     # Weights this rank keeps in host memory, not on the GPU: Wan2.2 A14B's idle expert under
     # model.idle_expert offload, as views of its memory-mapped checkpoint files (the page cache
-    # holds one copy per node, shared by every rank that maps the same files).
+    # holds one copy per node, shared by every rank that maps the same files), in the files' bytes.
     host_bytes: int = 0
 
 
@@ -265,14 +268,19 @@ class WorldRun:
         return worker
 
     def _host_idle_expert(self, worker, rank: int, counter: StorageCounter) -> None:
-        """model.idle_expert offload: the idle expert waits in host memory (loaded there, swapped
-        with the other one on the device), so one expert's weights count at any time. The adapter
-        does not move anything on a CPU device (the dry run's): its storages are uncounted here."""
+        """model.idle_expert offload: the idle expert waits in host memory (its checkpoint files,
+        mapped), so one expert's weights count at any time. The adapter does not move anything on
+        a CPU device (the dry run's): its storages are uncounted here, and its host bytes are its
+        files' (in their own dtype: float32 files hold twice a bf16 module's bytes), or the
+        module's where the checkpoint has no safetensors files (released configs: no files)."""
         experts = worker.adapter.experts if "dit" in self.layout.parts(rank) else []
         if getattr(self.config.model, "idle_expert", "resident") == "offload" and len(experts) > 1:
+            names = {id(module): name for name, module in worker.adapter.components.items()}
             for idle in experts[1:]:
                 tensors = list(idle.parameters()) + list(idle.buffers())
-                self.host_bytes[rank] = self.host_bytes.get(rank, 0) + sum(t.nbytes for t in tensors)
+                files = checkpoint_bytes(Path(self.model_path) / names[id(idle)])
+                held = files if files is not None else sum(t.nbytes for t in tensors)
+                self.host_bytes[rank] = self.host_bytes.get(rank, 0) + held
                 counter.forget(tensors)
 
     def _denoise(self, rank: int, counter: StorageCounter) -> None:

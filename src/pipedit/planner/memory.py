@@ -54,12 +54,19 @@ def dit_weight_bytes(model: ModelSpec, idle_expert: str = "resident") -> float:
     return on_gpu * model.dit_params * model.dit_bytes_per_param
 
 
+def expert_file_bytes(model: ModelSpec) -> float:
+    """One expert's checkpoint files, in their dtype: what an offloaded expert's mapping holds and
+    a swap copies (the spec's expert_file_bytes where read from a checkpoint, else the files are
+    taken to be in the dtype the model serves in)."""
+    return model.expert_file_bytes or model.dit_params * model.dit_bytes_per_param
+
+
 def idle_expert_host_bytes(model: ModelSpec, idle_expert: str) -> float:
-    """The node's one page-cache copy of an offloaded idle expert's checkpoint files (files stored
-    in the dtype the model serves in; a float32 checkpoint maps twice this); 0 when resident."""
+    """The node's one page-cache copy of an offloaded idle expert's checkpoint files, in the
+    files' bytes (a float32 checkpoint of a bf16 model maps twice the expert); 0 when resident."""
     if model.experts < 2 or idle_expert == "resident":
         return 0.0
-    return model.dit_params * model.dit_bytes_per_param
+    return expert_file_bytes(model)
 
 
 def adapter_bytes(model: ModelSpec, rank: int) -> float:
