@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 
 from ..errors import UserInputError
+from .host_copies import park
 from .spec import LoraSpec
 
 PREFIX = "transformer"  # the prefix diffusers' converted state dicts carry (load_lora_adapter's default)
@@ -60,7 +61,7 @@ def apply_loras(adapter, specs: tuple[LoraSpec, ...] = (), fuse: bool = False,
     DiT (the module's hazard): injects the run's `specs` (model.run_loras) into the adapter's
     transformers, each weighted by its scale; `fuse`: merged into the weights and their peft layers
     removed (no per-step cost). Then the server's `named` adapters (model.offered_loras), loaded
-    inactive (pipedit.lora.switch activates a request's). A family without a LoRA loader is refused
+    inactive and parked in host memory (pipedit.lora.switch activates a request's). A family without a LoRA loader is refused
     on every rank; a rank that did not load the DiT has nothing to inject. Returns `adapter`."""
     if not specs and not named:
         return adapter
@@ -76,6 +77,9 @@ def apply_loras(adapter, specs: tuple[LoraSpec, ...] = (), fuse: bool = False,
     for name, spec in named:
         for target in _targets(spec, mixin, components, adapter.family):
             load_adapter_into(components[target], mixin, spec, named_adapter(name))
+            # To host memory at once: the device never holds more than this one while the others
+            # load (pipedit.lora.switch brings back those the device keeps).
+            park(components[target], named_adapter(name))
     return adapter
 
 
