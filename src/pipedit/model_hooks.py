@@ -99,6 +99,11 @@ class AdapterHooks:
         does not depend on memory (pipedit.runtime.decode_budget)."""
         return None
 
+    def reserve_for_encode(self, peak_bytes: int) -> None:
+        """This decode rank also encodes prompts (and images), the next request's while it decodes
+        (DeDiVAE): keep `peak_bytes`, the encode's measured peak, out of the memory decodes are
+        decided on (free_decode_bytes); default: nothing to decide."""
+
     def fix_decode_budget(self, free_bytes: int) -> None:
         """From now on decide decodes (decode_mode) on `free_bytes`, the tightest decode rank's
         free memory, instead of this rank's own; default: nothing to decide."""

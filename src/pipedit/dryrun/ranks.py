@@ -2,7 +2,9 @@
 worker code (DenoiseWorker, DecodeWorker) on fake tensors, as the scheduler drives them for a
 queue of requests:
 
-  text rank      encode_prompt (HunyuanVideo: the first decode rank; OpenSoraPlan: rank 0)
+  text rank      encode_prompt (HunyuanVideo: the first decode rank; OpenSoraPlan: rank 0); on a
+                 decode rank its peak counts on top of the decode's (the next request's encode
+                 overlaps a decode) and is kept out of the tiling decision
   denoise ranks  setup, begin, `steps` steps (with Aco helpers: every other step, starting with
                  the first, hands heads to the helpers), then rank 0 hands the latents to every
                  decode rank in turn (one request each: what a queue makes them do), or decodes
@@ -190,6 +192,8 @@ class WorldRun:
         self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
         self.decode_budget: int | None = None  # the decode ranks' common budget (runtime.decode_budget)
         self.host_bytes: dict[int, int] = {}  # rank -> weights kept in host memory (RankResult.host_bytes)
+        self.encode_peaks: dict[int, int] = {}  # the text rank -> its encode's peak above what it holds
+        self.decode_overlaps: dict[int, int] = {}  # decode rank -> its decode's peak with an encode beside
 
     def run(self) -> list[RankResult]:
         with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched(), \
@@ -223,6 +227,8 @@ class WorldRun:
                 worker = DecodeWorker(self.config, self.layout, rank)
                 worker._init_process_group = lambda rendezvous: None
                 worker.setup(self.model_path)
+                if rank == self.layout.text_rank:
+                    self._reserve_encode(worker, counter)
                 free.append(worker.decode_free_bytes())
                 worker.close()
                 del worker
@@ -245,6 +251,7 @@ class WorldRun:
             body(rank, counter)
             gc.collect()
         result.peak_bytes, result.by_kind, result.tiled = counter.peak, counter.peak_by_kind(), self.tiling.decided
+        result.peak_bytes = max(result.peak_bytes, self.decode_overlaps.get(rank, 0))
         result.split_peak_bytes = self.split_peaks.get(rank)
         result.host_bytes = self.host_bytes.get(rank, 0)
         return result
@@ -263,9 +270,20 @@ class WorldRun:
         if self.decode_budget is not None and rank in self.layout.decode_ranks:
             worker.fix_decode_budget(self.decode_budget)
         if rank == self.layout.text_rank:
-            worker.encode_prompt(self.request)
+            self._reserve_encode(worker, counter)
             counter.tag_live_as_state()
         return worker
+
+    def _reserve_encode(self, worker, counter: StorageCounter) -> None:
+        """Runs the text rank's encode and keeps its peak above what the rank held before: on a
+        decode rank the next request's encode overlaps a decode (DeDiVAE), so the adapter keeps
+        it out of its decode decisions (as DecodeWorker.reserve_encode does on a GPU) and the
+        decode's peak counts it on top (_decode)."""
+        before = counter.current
+        peak = _peak_during(counter, lambda: worker.encode_prompt(self.request))
+        self.encode_peaks[worker.rank] = peak - before
+        if worker.rank in self.layout.decode_ranks:
+            worker.adapter.reserve_for_encode(peak - before)
 
     def _host_idle_expert(self, worker, rank: int, counter: StorageCounter) -> None:
         """model.idle_expert offload: the idle expert waits in host memory (its checkpoint files,
@@ -312,7 +330,9 @@ class WorldRun:
         for _ in self.aco_steps:
             worker.aco_serve(self.aco_shape, self.aco_calls)
             counter.tag_live_as_state()
-        worker.decode(self.request, None)
+        decode_peak = _peak_during(counter, lambda: worker.decode(self.request, None))
+        if rank == self.layout.text_rank:  # the next request's encode runs beside this decode
+            self.decode_overlaps[rank] = decode_peak + self.encode_peaks.get(rank, 0)
         if self.layout.split_decode:
             self.split_peaks[rank] = _peak_during(counter, lambda: worker.decode_split(self.request, None))
         worker.close()

@@ -91,12 +91,26 @@ def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, 
     return ALLOCATOR_OVERHEAD * (weights + peak) + CONTEXT_BYTES
 
 
+def encode_peak_bytes(model: ModelSpec) -> float:
+    """Live activations of one prompt encode: the widest text encoder's hidden states of every
+    layer (HunyuanVideo's Llama hands a middle layer on: all are kept) and a block's working set,
+    for the guided batch. Width and depth from the parameter count, as a transformer's
+    12 x layers x width^2 with one layer per 128 of width (Llama-3-8B: 4096 wide, 32 layers). An
+    image's VAE encode (image-to-video) is not modelled here; the dry run measures it."""
+    peaks = [0.0]
+    for encoder in model.text_encoders:
+        width = (encoder.params * 128 / 12) ** (1 / 3)
+        peaks.append(model.cfg_batch * encoder.tokens * width * (width / 128 + 8) * ACT_BYTES)
+    return max(peaks)
+
+
 def decode_rank_bytes(model: ModelSpec, shape: Shape, with_text: bool, tiled: bool, aco: bool,
                       split_ranks: int = 1) -> float:
     """split_ranks > 1: the rank may also lead a decode split over that many ranks (it holds the
-    whole decoded video then); the larger of the two peaks."""
+    whole decoded video then); the larger of the two peaks. with_text: the next request's encode
+    runs beside a decode (DeDiVAE), so the two peaks add up."""
     weights = model.vae_params * 2 + (model.text_params * 2 if with_text else 0)
-    peak = vae_decode_peak_bytes(model, shape, tiled)
+    peak = vae_decode_peak_bytes(model, shape, tiled) + (encode_peak_bytes(model) if with_text else 0.0)
     if split_ranks > 1:
         from .split_decode import split_rank_bytes
 

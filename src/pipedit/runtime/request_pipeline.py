@@ -23,7 +23,8 @@ from ..attention.autotune import pick_faster
 from ..config import ReliabilityConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from .compile import WARM_UP_PROMPTS, graph_key
-from .deadlines import DecodePrediction, Deadlines, first_swap_seconds
+from .deadlines import DecodePrediction, Deadlines
+from .first_swap import FirstSwap
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
 
@@ -52,9 +53,7 @@ class RequestPipeline:
         # model.compile: the graph keys (video shape, guidance, image; compile.graph_key) this rank
         # group has compiled graphs for (None: eager).
         self.compiled_keys: set[tuple] | None = set() if compiled else None
-        # Offloaded weights (Wan2.2 A14B's idle expert): their files' bytes that the first swap of a
-        # rank group reads (rank 0 answers, once per group); None until asked, 0 once swapped.
-        self.first_swap_bytes: int | None = None
+        self.first_swap = FirstSwap()  # offloaded weights' first swap: its request's deadlines
 
     def warm_up(self, request: VideoRequest) -> None:
         """model.compile, on a new rank group: forwards of `request` (with each warm-up prompt) on
@@ -88,26 +87,6 @@ class RequestPipeline:
         self.executor.call_all("set_op_deadline", deadlines.op_s, timeout=call_timeout or deadlines.call_s)
         deadlines.sent_op_s = deadlines.op_s
         self.compiled_keys.add(key)
-
-    @contextlib.contextmanager
-    def first_swap(self) -> Iterator[bool]:
-        """Around a request's steps: while this rank group has not swapped offloaded weights yet,
-        every rank's operation deadline and the driver's call bound grow by the files' read time
-        (deadlines.first_swap_seconds), and the context yields True (its step times are no step
-        times). Back to the step deadline once the request ran its steps."""
-        if self.first_swap_bytes is None:
-            self.first_swap_bytes = int(self.executor.call_rank(0, "first_swap_bytes", timeout=self.deadlines.call_s)
-                                        or 0)
-        if not self.first_swap_bytes:
-            yield False
-            return
-        deadlines, ex = self.deadlines, self.executor
-        with deadlines.first_swap(first_swap_seconds(self.first_swap_bytes)):
-            ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
-            yield True
-        self.first_swap_bytes = 0
-        ex.call_all("set_op_deadline", deadlines.op_s, timeout=deadlines.call_s)
-        deadlines.sent_op_s = deadlines.op_s
 
     def session(self, on_event: EventCallback, is_cancelled: CancelCheck,
                 retry: RetryCheck | None = None) -> "_Run":
@@ -186,7 +165,7 @@ class _Run:
             raise RuntimeError(f"the rank group failed ({cause}) and this engine cannot rebuild it")
         self.s.rebuild()
         self.deadlines.sent_op_s = None  # new ranks start at the floor: tell them again
-        self.s.first_swap_bytes = None  # and have swapped nothing yet
+        self.s.first_swap.new_group()  # and have swapped nothing yet
         self.free = deque(self.layout.decode_ranks)
         self.shape_of = (None, None)
         self.broken = None
@@ -217,7 +196,7 @@ class _Run:
         total = self.ex.call("begin", request, cond, timeout=self.deadlines.call_s)[0]
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))
         aco_steps = 0
-        with self.s.first_swap() as swapping:
+        with self.s.first_swap.around_steps(self.ex, self.deadlines) as swapping:
             for index in range(total):
                 self._check_cancelled(request)  # between steps: a cancelled request stops within one
                 key = graph_key(request)
