@@ -3,7 +3,7 @@ decodes: its peak is kept out of the decode tiling budget where the text encoder
 rank, and the planner and the dry run count it on top of the decode's peak (they overlap; they
 used to be taken one after the other). HunyuanVideo's demo adapters; free memory is injected and
 auto tiling takes its CUDA path (on CPU it never tiles). The encode's measured peak on a GPU:
-tests/gpu/test_vae_tiling_gpu.py."""
+tests/gpu/test_encode_reserve_gpu.py."""
 
 import json
 

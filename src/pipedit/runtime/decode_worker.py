@@ -48,12 +48,7 @@ class DecodeWorker(RankWorker):
         run, off CUDA or for a model whose decode does not depend on memory)."""
         if self.device.type != "cuda" or self.adapter.free_decode_bytes() is None:
             return 0
-        torch.cuda.synchronize(self.device)
-        torch.cuda.reset_peak_memory_stats(self.device)
-        before = torch.cuda.memory_allocated(self.device)
-        self.encode_prompt(request)  # returns host tensors: its device memory is freed again
-        torch.cuda.synchronize(self.device)
-        peak = int(torch.cuda.max_memory_allocated(self.device)) - before
+        peak = device_peak_bytes(self.device, lambda: self.encode_prompt(request))  # host tensors back: freed again
         self.adapter.reserve_for_encode(peak)
         return peak
 
@@ -103,3 +98,14 @@ class DecodeWorker(RankWorker):
             serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device, self.state)
             self.state.deadline.settle()
         return len(self.aco_pairs)
+
+
+def device_peak_bytes(device: torch.device, run) -> int:
+    """The CUDA memory `run()` allocates at its peak above what was allocated before it (on every
+    stream: the encode runs on its own); waits for the device before and after."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    run()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device)) - before
