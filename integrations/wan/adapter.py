@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import copy
 from dataclasses import replace
-from pathlib import Path
 
 import torch
 
@@ -27,13 +26,12 @@ from pipedit.capabilities import Capabilities
 from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
-from pipedit.mapped_weights import mapped
 from pipedit.model_hooks import AdapterHooks
 from pipedit.sampling import shift_parameter
 from pipedit.video_adapter import DiffusersVideoAdapter
 
 from .checkpoint import IMAGE_PARTS, TEXT_PARTS, WanLayout
-from .experts import IDLE_EXPERT_MODES, Experts, mapped_idle_expert, swap_after_compile_problem
+from .experts import IDLE_EXPERT_MODES, Experts, offload_homes, swap_after_compile_problem
 from .image_condition import clip_image_embeds, condition_channels, first_frame_latents
 from .sampler import make_scheduler
 from .text_encoding import DEFAULT_NEGATIVE_PROMPT, encode_text
@@ -100,16 +98,7 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
                       for name in layout.components_for(parts) if not (offload and name == "transformer_2")}
         expert_homes = None
         if offload and "transformer" in components:
-            # Offload's host copies: the checkpoint files, mapped (one page-cache copy per node).
-            # The idle expert is built straight onto its mapping; where it cannot be, it is loaded
-            # to the host (a copy per rank) and mapped afterwards if its files allow.
-            folder = Path(path) / "transformer_2"
-            idle = mapped_idle_expert(folder, components["transformer"])
-            if idle is None:
-                module = load_component(path, index, "transformer_2", dtype=dtype, device="cpu")
-                idle = module, mapped(folder, module)
-            components["transformer_2"] = idle[0]
-            expert_homes = [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
+            expert_homes = offload_homes(path, index, components, dtype)
         return cls(components, configs, device, dtype, layout, idle_expert, expert_homes)
 
     def check_loras(self) -> None:
@@ -124,6 +113,11 @@ class WanAdapter(ComponentAccess, DiffusersVideoAdapter, GuidedPrediction, Adapt
         """The experts' compute dtype as loaded: after a swap under offload the idle expert's
         parameters are views of its files, whose dtype (float32 in the demo) `.dtype` reports."""
         return self.expert_set.compute_dtype if self.expert_set is not None else self.transformer.dtype
+
+    def first_swap_bytes(self) -> int:
+        """Offload: the idle expert's file bytes, which its first swap brings in (Experts)."""
+        experts = self.expert_set
+        return experts.file_bytes[1] if experts is not None and experts.offload else 0
 
     def check_compile(self) -> None:
         """--compile with the idle expert offloaded swaps compiled experts' parameters

@@ -12,7 +12,21 @@ where the files can stand in for the module's weights: offloading points the par
 those views (nothing is copied out, no host memory is allocated), bringing an expert back copies
 them to the device in its compute dtype. Every rank maps the same files, so a node holds one host
 copy of each expert in the page cache, whatever its rank count. Without usable files the module
-moves with `module.to` (a host copy per rank, made at every swap)."""
+moves with `module.to` (a host copy per rank, made at every swap).
+
+Files in another dtype than the module's (float32 files under bf16 modules) are mapped and copied
+as they are, cast on the device: each swap moves the files' bytes (twice the module's for
+float32) and the page cache holds them. They are not converted to the compute dtype once at
+load: a converted host copy is anonymous memory of each rank process (8 denoise ranks x 26.6 GiB
+for a 14B expert), where the mapping is one page-cache copy per node; converting once would mean
+writing a converted checkpoint (a folder of its own) and serving that. Host memory and swap
+volumes are therefore counted in file bytes (`file_bytes`, the dry run and the planner).
+
+The first swap brings the idle expert in from its files, which nobody has read yet: from the disk,
+or the shared network folder a cluster may serve models from. Loading asks the kernel to read
+those files ahead (pipedit.mapped_weights.read_ahead; its hazard is page cache pressure), and
+the driver gives the first request's steps a deadline widened by the files' bytes over a stated
+read rate (pipedit.runtime.deadlines.first_swap_seconds)."""
 
 from __future__ import annotations
 
@@ -23,7 +37,8 @@ import torch
 from pipedit.components import read_component_config
 from pipedit.config import IDLE_EXPERT_MODES
 from pipedit.guidance import guidance_applies
-from pipedit.mapped_weights import mapped
+from pipedit.components import load_component
+from pipedit.mapped_weights import mapped, read_ahead
 
 
 class Experts:
@@ -38,6 +53,8 @@ class Experts:
         self.device = device
         self.offload = idle == "offload" and len(modules) == 2 and device.type != "cpu"
         self.homes = list(homes) if homes is not None else [None] * len(modules)
+        # Per expert, the bytes its host copy holds and a swap copies in: the files' (their dtype).
+        self.file_bytes = [sum(view.nbytes for view in home.values()) if home else 0 for home in self.homes]
         # The dtype each tensor computes in (a mapped file may store another, e.g. float32).
         self.dtypes = [{name: t.dtype for name, t in _tensors(m)} for m in modules]
         # The dtype the experts compute (and attend) in, read before any swap: afterwards the idle
@@ -98,6 +115,23 @@ class Experts:
         if not guidance_applies(guidance_scale) or self.index_for(timestep) == 0 or guidance_scale_2 is None:
             return guidance_scale
         return guidance_scale_2
+
+
+def offload_homes(path, index: dict, components: dict, dtype) -> list:
+    """Offload's host copies, on a GPU rank that loaded `transformer`: the checkpoint files,
+    mapped (one page-cache copy per node). The idle expert (`transformer_2`, put in `components`)
+    is built straight onto its mapping; where it cannot be, it is loaded to the host (a copy per
+    rank) and mapped afterwards if its files allow. Its files are read ahead now (the first swap
+    reads them; the high-noise expert's were just read by the load). Returns Experts' `homes`."""
+    folder = Path(path) / "transformer_2"
+    idle = mapped_idle_expert(folder, components["transformer"])
+    if idle is None:
+        module = load_component(path, index, "transformer_2", dtype=dtype, device="cpu")
+        idle = module, mapped(folder, module)
+    components["transformer_2"] = idle[0]
+    if idle[1] is not None:
+        read_ahead(folder)
+    return [mapped(Path(path) / "transformer", components["transformer"]), idle[1]]
 
 
 def mapped_idle_expert(folder: Path, sibling: torch.nn.Module) -> tuple[torch.nn.Module, dict] | None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+from pipedit.mapped_weights import checkpoint_bytes
 from pipedit.planner.cost import ACT_BYTES, Shape
 from pipedit.planner.models import ModelSpec, TextEncoder, param_count, read_config
 
@@ -52,7 +53,8 @@ SIZES = {name: (lambda name=name: wan_released(name)) for name in release.RELEAS
 
 def from_checkpoint(root: Path) -> ModelSpec:
     """The checkpoint's dims (config.json of transformer/ and vae/; a second expert when
-    model_index.json names transformer_2; the CLIP image encoder of Wan2.1 I2V)."""
+    model_index.json names transformer_2, with its files' bytes in their dtype; the CLIP image
+    encoder of Wan2.1 I2V)."""
     index = read_config(root / "model_index.json")
     two = isinstance(index.get("transformer_2"), list) and index["transformer_2"][0] is not None
     image = isinstance(index.get("image_encoder"), list) and index["image_encoder"][0] is not None
@@ -70,7 +72,8 @@ def from_checkpoint(root: Path) -> ModelSpec:
             found.append(TextEncoder(folder, params, tokens))
     return replace(spec, dit_params=param_count(root / "transformer") or spec.dit_params,
                    vae_params=param_count(root / "vae") or spec.vae_params,
-                   text_encoders=tuple(found) or spec.text_encoders)
+                   text_encoders=tuple(found) or spec.text_encoders,
+                   expert_file_bytes=float((two and checkpoint_bytes(root / "transformer_2")) or 0.0))
 
 
 def vae_flops(model: ModelSpec, height: int, width: int, frames: int, tiled: bool) -> float:

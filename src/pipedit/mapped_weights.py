@@ -7,11 +7,17 @@ device when it is needed again (a two-expert family's idle expert).
 
 The views are never written: a write would give the writing process a private copy of the page
 (copy-on-write), not change the file.
+
+The views hold the files' dtype, whatever the module computes in: a float32 checkpoint under a
+bf16 module maps (and copies to the device at every swap) twice the module's bytes, so host
+memory and swap volumes are counted in file bytes (checkpoint_bytes).
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import os
 import struct
 from pathlib import Path
 
@@ -20,6 +26,7 @@ import torch
 _DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
            "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
            "BOOL": torch.bool}
+_log = logging.getLogger(__name__)
 _SINGLE = "diffusion_pytorch_model.safetensors"
 _INDEX = "diffusion_pytorch_model.safetensors.index.json"
 
@@ -33,12 +40,57 @@ def checkpoint_files(folder: Path) -> list[Path]:
     return [folder / _SINGLE] if (folder / _SINGLE).is_file() else []
 
 
+def _header(path: Path) -> tuple[int, dict]:
+    with path.open("rb") as file:
+        (header_bytes,) = struct.unpack("<Q", file.read(8))
+        return header_bytes, json.loads(file.read(header_bytes))
+
+
+def checkpoint_bytes(folder: Path) -> int | None:
+    """The bytes of the tensors a model folder's safetensors files hold, in the files' own dtypes
+    (read from their headers: no weight is read); None without safetensors files."""
+    files = checkpoint_files(folder)
+    if not files:
+        return None
+    total = 0
+    for path in files:
+        total += sum(end - begin for name, entry in _header(path)[1].items() if name != "__metadata__"
+                     for begin, end in [entry["data_offsets"]])
+    return total
+
+
+def read_ahead(folder: Path) -> list[Path]:
+    """Asks the kernel to read a model folder's safetensors files into the page cache now, in the
+    background (posix_fadvise WILLNEED: the call queues the reads and returns), so that the first
+    time the mapped views are copied (an offloaded expert's first swap) their pages come from
+    memory instead of the disk or a network folder inside a denoise step. Returns the files
+    advised (none where the platform has no posix_fadvise).
+
+    Hazard, page cache pressure: the files are read whole (a 14B expert: 26.6 GiB in bf16, 53 GiB
+    in float32). Without that much free host memory the kernel evicts other cached pages to make
+    room (other models' files, or these very pages before they are used: then the swap reads the
+    disk after all) and the readahead only costs disk bandwidth; it never pins memory, nor fails
+    a load. Every rank of a node advises the same files: pages already cached are not read again."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return []
+    advised = []
+    for path in checkpoint_files(folder):
+        descriptor = os.open(path, os.O_RDONLY)
+        try:
+            advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)  # length 0: to the end of the file
+            advised.append(path)
+        except OSError as error:  # a file system without readahead: the first swap reads it then
+            _log.warning("no readahead of %s (%s)", path, error)
+        finally:
+            os.close(descriptor)
+    return advised
+
+
 def map_file(path: Path) -> dict[str, torch.Tensor]:
     """Every tensor of one safetensors file, as a view of the file's mapping; None for a tensor
     whose offset does not suit its dtype's alignment (mapped() then reports the folder unusable)."""
-    with path.open("rb") as file:
-        (header_bytes,) = struct.unpack("<Q", file.read(8))
-        header = json.loads(file.read(header_bytes))
+    header_bytes, header = _header(path)
     size = path.stat().st_size
     data = torch.from_file(str(path), shared=False, size=size, dtype=torch.uint8)  # a private mapping
     start = 8 + header_bytes

@@ -65,6 +65,12 @@ class AdapterHooks:
     # denoising (Wan2.2 A14B: its Experts, whose index_for(timestep) picks one); None: one DiT.
     expert_set: Any = None
 
+    def first_swap_bytes(self) -> int:
+        """Bytes this rank's first swap of offloaded weights reads from their files, where nothing
+        has read them yet (the driver widens the first request's deadlines by their read time,
+        pipedit.runtime.deadlines); default 0: nothing is offloaded."""
+        return 0
+
     # -- step cache (pipedit.cache) -----------------------------------------------------------
     def cache_blocks(self) -> Any:
         """The transformer's blocks as the step cache sees them (pipedit.cache.blocks.CacheBlocks);
@@ -92,6 +98,11 @@ class AdapterHooks:
         """The device memory a decode on this rank could use now; default None: the model's decode
         does not depend on memory (pipedit.runtime.decode_budget)."""
         return None
+
+    def reserve_for_encode(self, peak_bytes: int) -> None:
+        """This decode rank also encodes prompts (and images), the next request's while it decodes
+        (DeDiVAE): keep `peak_bytes`, the encode's measured peak, out of the memory decodes are
+        decided on (free_decode_bytes); default: nothing to decide."""
 
     def fix_decode_budget(self, free_bytes: int) -> None:
         """From now on decide decodes (decode_mode) on `free_bytes`, the tightest decode rank's

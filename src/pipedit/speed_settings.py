@@ -20,6 +20,11 @@ def check_model_speed(model) -> None:
         raise UserInputError("model.quantize fp8 takes LoRA adapters fused only (model.fuse_loras with "
                              "model.run_loras): an unfused adapter would have to be re-quantized into the float8 "
                              "weights at every switch; fuse them (--fuse-loras) or drop --quantize fp8")
+    if model.quantize == "fp8" and model.idle_expert == "offload":
+        raise UserInputError("model.quantize fp8 cannot run with model.idle_expert offload: the offloaded expert's "
+                             "weights are views of its checkpoint files, swapped in as they are written, while fp8 "
+                             "replaces the block linears by float8 buffers; keep the idle expert resident "
+                             "(--idle-expert resident) or drop --quantize fp8")
 
 
 def check_engine_speed(config) -> None:

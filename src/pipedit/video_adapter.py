@@ -53,17 +53,25 @@ class FreeMemoryTiling:
 
     tiling_module: str
     _decode_budget: int | None = None  # the decode ranks' common figure once fixed (fix_decode_budget)
+    _encode_reserve: int = 0  # the text rank among the decode ranks: an encode's peak (reserve_for_encode)
 
     def decode_mode(self, latent_shape) -> int:
         """1: tiled, 0: untiled, as a decode of this shape on this rank would run now: on the
         decode ranks' common budget once the engine fixed one, else on this rank's free memory."""
         rules = importlib.import_module(self.tiling_module)
         predicted = rules.predict_decode_peak_bytes(self.vae_config, tuple(latent_shape), self.vae.dtype)
-        free = self._decode_budget if self._decode_budget is not None else rules.free_device_bytes(self.device)
+        free = self._decode_budget if self._decode_budget is not None else self.free_decode_bytes()
         return int(rules.should_tile(self.vae_tiling, self.device, predicted, free))
 
     def free_decode_bytes(self) -> int | None:
-        return importlib.import_module(self.tiling_module).free_device_bytes(self.device)
+        free = importlib.import_module(self.tiling_module).free_device_bytes(self.device)
+        return None if free is None else free - self._encode_reserve
+
+    def reserve_for_encode(self, peak_bytes: int) -> None:
+        # Under DeDiVAE the next request's prompt (and image) encode runs on the text rank while
+        # it decodes: free memory measured while the rank is idle would promise the decode the
+        # encode's share too. The encode's peak is kept out of every decode decision.
+        self._encode_reserve = int(peak_bytes)
 
     def fix_decode_budget(self, free_bytes: int) -> None:
         # Decode ranks hold different parts (one also holds the text encoders), so each one's own

@@ -52,7 +52,7 @@ def test_the_shipped_8_gpu_config_fits_80_gb_gpus(height, width, denoise_gib):
     denoise = denoise_rank_bytes(model, shape, parallel.ulysses, parallel.ring, False, False, True) / GIB
     decode = decode_rank_bytes(model, shape, True, True, True) / GIB
     assert denoise == pytest.approx(denoise_gib, abs=0.1)
-    assert decode == pytest.approx(49.4, abs=0.1)
+    assert decode == pytest.approx(50.2, abs=0.1)  # with the next request's encode beside a decode (0.8 GiB)
     assert max(denoise, decode) < 75  # the planner's usable share of 80 GB
     assert decode_rank_bytes(model, shape, True, False, True) / GIB > 200
 

@@ -99,3 +99,5 @@ def test_config_refuses_unknown_values_sage_on_ring_and_unfused_adapters_with_fp
     with pytest.raises(UserInputError, match="fused only"):
         ModelConfig(quantize="fp8", run_loras=("a.safetensors",))
     ModelConfig(quantize="fp8", run_loras=("a.safetensors",), fuse_loras=True)
+    with pytest.raises(UserInputError, match="idle_expert offload"):
+        ModelConfig(quantize="fp8", idle_expert="offload")

@@ -1,7 +1,7 @@
 """Which Ray a command runs on: the cluster --address / RAY_ADDRESS names, else an instance of its
 own started with address="local" (never one a killed head left in Ray's temp folder), bound to
 loopback. The arguments are checked without Ray; one subprocess starts a real instance next to a
-stale `ray_current_cluster` file and lists the sockets it listens on."""
+stale `ray_current_cluster` file, joins two gloo ranks in it and lists the sockets they all listen on."""
 
 import json
 import os
@@ -54,8 +54,29 @@ def test_the_address_flag_reaches_every_command_that_starts_ray(monkeypatch):
 
 
 _STALE = """
-import json, os, psutil, ray
+import json, os, psutil, ray, torch
+from pipedit.config import EngineConfig
+from pipedit.runtime.executor import rank_env
+from pipedit.runtime.layout import WorldLayout
+from pipedit.runtime.rank import RankWorker
 from pipedit.runtime.ray_instance import ensure_ray, stop_ray
+
+class Rank(RankWorker):
+    def join(self, rendezvous):  # the engine's process-group start, then one collective
+        import torch.distributed as dist
+        self._init_process_group(rendezvous)
+        dist.all_reduce(torch.ones(1))
+        return os.getpid()
+
+def listening_on(processes):
+    found = set()
+    for process in processes:
+        try:
+            found |= {c.laddr.ip for c in process.net_connections("inet") if c.status == psutil.CONN_LISTEN}
+        except psutil.Error:
+            pass
+    return found
+
 try:
     ray.init(num_cpus=2)  # what generate did: Ray finds the stale file and refuses
     refused = None
@@ -64,20 +85,25 @@ except Exception as error:
 owned = ensure_ray(2)
 try:
     node = ray.get(ray.remote(lambda: ray.util.get_node_ip_address()).remote())
-    listening = set()
-    for process in [psutil.Process()] + psutil.Process().children(recursive=True):
-        try:
-            listening |= {c.laddr.ip for c in process.net_connections("inet") if c.status == psutil.CONN_LISTEN}
-        except psutil.Error:
-            pass
+    listening = listening_on([psutil.Process()] + psutil.Process().children(recursive=True))
+    # Two gloo ranks started as the executor starts them (its actors' environment), joined.
+    layout = WorldLayout(ulysses=2)
+    actor = ray.remote(num_cpus=1)(Rank).options(runtime_env={"env_vars": rank_env({}, layout.ranks_per_node)})
+    ranks = [actor.remote(EngineConfig(), layout, rank, {}) for rank in range(2)]
+    rendezvous = ray.get(ranks[0].rendezvous_address.remote())
+    pids = ray.get([rank.join.remote(rendezvous) for rank in ranks], timeout=120)
+    ranks_listening = listening_on([psutil.Process(pid) for pid in pids])
+    ray.get([rank.close.remote() for rank in ranks], timeout=60)
 finally:
     stop_ray(owned)
-print(json.dumps({"refused": refused, "owned": owned, "node": node, "listening": sorted(listening)}))
+print(json.dumps({"refused": refused, "owned": owned, "node": node, "listening": sorted(listening),
+                  "ranks_listening": sorted(ranks_listening)}))
 """
-
 
 @pytest.mark.slow
 def test_a_stale_cluster_file_is_ignored_and_the_own_instance_listens_on_loopback_only():
+    """Ray's own processes and two gloo ranks joined as the executor starts them (their process
+    group's sockets included) listen on loopback only. On every torch: gloo on the CPU."""
     # A short folder: Ray's socket paths inside it must stay under the OS's 107 characters.
     temp = tempfile.mkdtemp(prefix="rt")
     try:
@@ -93,6 +119,7 @@ def test_a_stale_cluster_file_is_ignored_and_the_own_instance_listens_on_loopbac
         assert seen["owned"] is True and seen["node"] == "127.0.0.1", seen
         loopback = {"127.0.0.1", "::1", "::ffff:127.0.0.1"}
         assert seen["listening"] and set(seen["listening"]) <= loopback, seen
+        assert seen["ranks_listening"] and set(seen["ranks_listening"]) <= loopback, seen
     finally:
         shutil.rmtree(temp, ignore_errors=True)
 

@@ -2,7 +2,9 @@
 worker code (DenoiseWorker, DecodeWorker) on fake tensors, as the scheduler drives them for a
 queue of requests:
 
-  text rank      encode_prompt (HunyuanVideo: the first decode rank; OpenSoraPlan: rank 0)
+  text rank      encode_prompt (HunyuanVideo: the first decode rank; OpenSoraPlan: rank 0); on a
+                 decode rank its peak counts on top of the decode's (the next request's encode
+                 overlaps a decode) and is kept out of the tiling decision
   denoise ranks  setup, begin, `steps` steps (with Aco helpers: every other step, starting with
                  the first, hands heads to the helpers), then rank 0 hands the latents to every
                  decode rank in turn (one request each: what a queue makes them do), or decodes
@@ -26,7 +28,8 @@ profile's capacity minus what the rank holds (the decode's CUDA path), not the C
 with several decode ranks every one decides on the tightest one's (runtime.decode_budget), as in
 the engine: each decode rank is loaded once more beforehand to measure it.
 Wan2.2 A14B with model.idle_expert offload: the idle expert's weights are not counted (they stand
-in host memory; the adapter moves nothing on the dry run's CPU device).
+in host memory; the adapter moves nothing on the dry run's CPU device); host_bytes counts its
+files' bytes, in the files' dtype.
 """
 
 from __future__ import annotations
@@ -36,11 +39,13 @@ import functools
 import gc
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import torch
 from torch._subclasses.fake_tensor import unset_fake_temporarily
 
 from ..adapter import load_adapter
+from ..mapped_weights import checkpoint_bytes
 from ..config import EngineConfig
 from ..request import VideoRequest
 from ..runtime.layout import WorldLayout
@@ -65,7 +70,7 @@ class RankResult:
     split_peak_bytes: int | None = None  # peak during a decode split over the decode group
     # Weights this rank keeps in host memory, not on the GPU: Wan2.2 A14B's idle expert under
     # model.idle_expert offload, as views of its memory-mapped checkpoint files (the page cache
-    # holds one copy per node, shared by every rank that maps the same files).
+    # holds one copy per node, shared by every rank that maps the same files), in the files' bytes.
     host_bytes: int = 0
 
 
@@ -187,6 +192,8 @@ class WorldRun:
         self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
         self.decode_budget: int | None = None  # the decode ranks' common budget (runtime.decode_budget)
         self.host_bytes: dict[int, int] = {}  # rank -> weights kept in host memory (RankResult.host_bytes)
+        self.encode_peaks: dict[int, int] = {}  # the text rank -> its encode's peak above what it holds
+        self.decode_overlaps: dict[int, int] = {}  # decode rank -> its decode's peak with an encode beside
 
     def run(self) -> list[RankResult]:
         with fake_tensors(), fake_loading(), device_path(), remembered_values(), self.tiling.patched(), \
@@ -220,6 +227,8 @@ class WorldRun:
                 worker = DecodeWorker(self.config, self.layout, rank)
                 worker._init_process_group = lambda rendezvous: None
                 worker.setup(self.model_path)
+                if rank == self.layout.text_rank:
+                    self._reserve_encode(worker, counter)
                 free.append(worker.decode_free_bytes())
                 worker.close()
                 del worker
@@ -242,6 +251,7 @@ class WorldRun:
             body(rank, counter)
             gc.collect()
         result.peak_bytes, result.by_kind, result.tiled = counter.peak, counter.peak_by_kind(), self.tiling.decided
+        result.peak_bytes = max(result.peak_bytes, self.decode_overlaps.get(rank, 0))
         result.split_peak_bytes = self.split_peaks.get(rank)
         result.host_bytes = self.host_bytes.get(rank, 0)
         return result
@@ -260,19 +270,35 @@ class WorldRun:
         if self.decode_budget is not None and rank in self.layout.decode_ranks:
             worker.fix_decode_budget(self.decode_budget)
         if rank == self.layout.text_rank:
-            worker.encode_prompt(self.request)
+            self._reserve_encode(worker, counter)
             counter.tag_live_as_state()
         return worker
 
+    def _reserve_encode(self, worker, counter: StorageCounter) -> None:
+        """Runs the text rank's encode and keeps its peak above what the rank held before: on a
+        decode rank the next request's encode overlaps a decode (DeDiVAE), so the adapter keeps
+        it out of its decode decisions (as DecodeWorker.reserve_encode does on a GPU) and the
+        decode's peak counts it on top (_decode)."""
+        before = counter.current
+        peak = _peak_during(counter, lambda: worker.encode_prompt(self.request))
+        self.encode_peaks[worker.rank] = peak - before
+        if worker.rank in self.layout.decode_ranks:
+            worker.adapter.reserve_for_encode(peak - before)
+
     def _host_idle_expert(self, worker, rank: int, counter: StorageCounter) -> None:
-        """model.idle_expert offload: the idle expert waits in host memory (loaded there, swapped
-        with the other one on the device), so one expert's weights count at any time. The adapter
-        does not move anything on a CPU device (the dry run's): its storages are uncounted here."""
+        """model.idle_expert offload: the idle expert waits in host memory (its checkpoint files,
+        mapped), so one expert's weights count at any time. The adapter does not move anything on
+        a CPU device (the dry run's): its storages are uncounted here, and its host bytes are its
+        files' (in their own dtype: float32 files hold twice a bf16 module's bytes), or the
+        module's where the checkpoint has no safetensors files (released configs: no files)."""
         experts = worker.adapter.experts if "dit" in self.layout.parts(rank) else []
         if getattr(self.config.model, "idle_expert", "resident") == "offload" and len(experts) > 1:
+            names = {id(module): name for name, module in worker.adapter.components.items()}
             for idle in experts[1:]:
                 tensors = list(idle.parameters()) + list(idle.buffers())
-                self.host_bytes[rank] = self.host_bytes.get(rank, 0) + sum(t.nbytes for t in tensors)
+                files = checkpoint_bytes(Path(self.model_path) / names[id(idle)])
+                held = files if files is not None else sum(t.nbytes for t in tensors)
+                self.host_bytes[rank] = self.host_bytes.get(rank, 0) + held
                 counter.forget(tensors)
 
     def _denoise(self, rank: int, counter: StorageCounter) -> None:
@@ -304,7 +330,9 @@ class WorldRun:
         for _ in self.aco_steps:
             worker.aco_serve(self.aco_shape, self.aco_calls)
             counter.tag_live_as_state()
-        worker.decode(self.request, None)
+        decode_peak = _peak_during(counter, lambda: worker.decode(self.request, None))
+        if rank == self.layout.text_rank:  # the next request's encode runs beside this decode
+            self.decode_overlaps[rank] = decode_peak + self.encode_peaks.get(rank, 0)
         if self.layout.split_decode:
             self.split_peaks[rank] = _peak_during(counter, lambda: worker.decode_split(self.request, None))
         worker.close()

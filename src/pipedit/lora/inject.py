@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from ..errors import UserInputError
+from .host_copies import park
 from .spec import LoraSpec
 
 PREFIX = "transformer"  # the prefix diffusers' converted state dicts carry (load_lora_adapter's default)
@@ -72,7 +73,7 @@ def apply_loras(adapter, specs: tuple[LoraSpec, ...] = (), fuse: bool = False,
     DiT (the module's hazard): injects the run's `specs` (model.run_loras) into the adapter's
     transformers, each weighted by its scale; `fuse`: merged into the weights and their peft layers
     removed (no per-step cost). Then the server's `named` adapters (model.offered_loras), loaded
-    inactive (pipedit.lora.switch activates a request's). A family without a LoRA loader is refused
+    inactive and parked in host memory (pipedit.lora.switch activates a request's). A family without a LoRA loader is refused
     on every rank; a rank that did not load the DiT has nothing to inject. Returns `adapter`."""
     if not specs and not named:
         return adapter
@@ -93,6 +94,9 @@ def apply_loras(adapter, specs: tuple[LoraSpec, ...] = (), fuse: bool = False,
                 raise UserInputError(f"LoRA file {spec.path} changes {next(iter(deltas))} by a full delta (diff / "
                                      f"diff_b without a low-rank pair), which an adapter offered by name cannot switch "
                                      f"per request: give it as a run adapter (--lora, model.run_loras)")
+            # To host memory at once: the device never holds more than this one while the others
+            # load (pipedit.lora.switch brings back those the device keeps).
+            park(components[target], named_adapter(name))
     return adapter
 
 

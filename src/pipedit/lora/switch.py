@@ -10,9 +10,12 @@ affected by a switch (DeDiVAE keeps pipelining). A step cache's state belongs to
 (pipedit.cache.session: a new state per request), so cached residuals never cross a switch.
 
 Memory: every named adapter is read and injected at start (a file that does not fit fails the
-start). At most `max_gpu_loras` named adapters keep their weights on the device; the least
-recently used go back to host memory and return when a request names them (on a CPU device
-nothing moves; the bookkeeping is the same)."""
+start) and parked in host memory at once (pipedit.lora.host_copies: pinned where CUDA is
+available), so the start holds at most one on the device at a time. At most `max_gpu_loras`
+named adapters keep their weights on the device: the first ones are brought at start, the least
+recently used go back to their host copy and return when a request names them (on a CPU device
+nothing moves; the bookkeeping is the same). A switch queues its copies and waits for the device
+once at its end, so `lora_switch_s` (the worker's) is what the device did."""
 
 from __future__ import annotations
 
@@ -21,6 +24,7 @@ from collections import OrderedDict
 import torch
 
 from ..errors import InvalidRequestError
+from .host_copies import HostCopies
 from .inject import named_adapter, run_adapter
 from .spec import choose_loras
 
@@ -51,11 +55,15 @@ class RankLoras:
         self.device = torch.device(device)
         self.max_on_device = model_config.max_gpu_loras
         self.on_device: OrderedDict[str, None] = OrderedDict()  # least recently used first
-        for name, _ in self.offered:  # injected on the device: keep the first max_on_device there
-            if len(self.on_device) < self.max_on_device:
-                self.on_device[name] = None
-            else:
-                self._move(name, torch.device("cpu"))
+        moves = self.device.type != "cpu" and self.models  # on a CPU device the host is the device
+        self.host = HostCopies(self.models.values(), {name: named_adapter(name) for name, _ in self.offered},
+                               self.device) if moves else None
+        for name, _ in self.offered[:self.max_on_device]:  # the LRU starts with the first ones
+            self.on_device[name] = None
+            if self.host is not None:
+                self.host.bring(name)
+        if self.host is not None:
+            self.host.wait()
         self.current: tuple | None = None
         self.switches = 0  # activations that changed the set (tests and timings read it)
         if self.models:
@@ -68,6 +76,8 @@ class RankLoras:
             return
         for name, _ in chosen:
             self._make_resident(name, keep={n for n, _ in chosen})
+        if self.host is not None:
+            self.host.wait()  # once per switch: its copies ran (the switch's time is the device's)
         self._set(chosen)
         self.switches += 1
 
@@ -88,21 +98,8 @@ class RankLoras:
         while len(self.on_device) >= self.max_on_device:
             victim = next(n for n in self.on_device if n not in keep)
             del self.on_device[victim]
-            self._move(victim, torch.device("cpu"))
-        self._move(name, self.device)
+            if self.host is not None:
+                self.host.evict(victim)
+        if self.host is not None:
+            self.host.bring(name)
         self.on_device[name] = None
-
-    def _move(self, name: str, device: torch.device) -> None:
-        if self.device.type == "cpu":
-            return  # host memory is the device's
-        from peft.tuners.tuners_utils import BaseTunerLayer
-
-        adapter = named_adapter(name)
-        for model in self.models.values():
-            for module in model.modules():
-                if not isinstance(module, BaseTunerLayer):
-                    continue
-                for layers in module.adapter_layer_names:
-                    container = getattr(module, layers, None)
-                    if isinstance(container, torch.nn.ModuleDict) and adapter in container:
-                        container[adapter].to(device)

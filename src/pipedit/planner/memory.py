@@ -75,12 +75,19 @@ def with_quantize(model: ModelSpec, quantize: str) -> ModelSpec:
     return replace(model, dit_bytes_per_param=fp8_bytes_per_param(model)) if quantize == "fp8" else model
 
 
+def expert_file_bytes(model: ModelSpec) -> float:
+    """One expert's checkpoint files, in their dtype: what an offloaded expert's mapping holds and
+    a swap copies (the spec's expert_file_bytes where read from a checkpoint, else the files are
+    taken to be in the dtype the model serves in)."""
+    return model.expert_file_bytes or model.dit_params * model.dit_bytes_per_param
+
+
 def idle_expert_host_bytes(model: ModelSpec, idle_expert: str) -> float:
-    """The node's one page-cache copy of an offloaded idle expert's checkpoint files (files stored
-    in the dtype the model serves in; a float32 checkpoint maps twice this); 0 when resident."""
+    """The node's one page-cache copy of an offloaded idle expert's checkpoint files, in the
+    files' bytes (a float32 checkpoint of a bf16 model maps twice the expert); 0 when resident."""
     if model.experts < 2 or idle_expert == "resident":
         return 0.0
-    return model.dit_params * model.dit_bytes_per_param
+    return expert_file_bytes(model)
 
 
 def adapter_bytes(model: ModelSpec, rank: int) -> float:
@@ -105,12 +112,26 @@ def denoise_rank_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int, 
     return ALLOCATOR_OVERHEAD * (weights + peak) + CONTEXT_BYTES
 
 
+def encode_peak_bytes(model: ModelSpec) -> float:
+    """Live activations of one prompt encode: the widest text encoder's hidden states of every
+    layer (HunyuanVideo's Llama hands a middle layer on: all are kept) and a block's working set,
+    for the guided batch. Width and depth from the parameter count, as a transformer's
+    12 x layers x width^2 with one layer per 128 of width (Llama-3-8B: 4096 wide, 32 layers). An
+    image's VAE encode (image-to-video) is not modelled here; the dry run measures it."""
+    peaks = [0.0]
+    for encoder in model.text_encoders:
+        width = (encoder.params * 128 / 12) ** (1 / 3)
+        peaks.append(model.cfg_batch * encoder.tokens * width * (width / 128 + 8) * ACT_BYTES)
+    return max(peaks)
+
+
 def decode_rank_bytes(model: ModelSpec, shape: Shape, with_text: bool, tiled: bool, aco: bool,
                       split_ranks: int = 1) -> float:
     """split_ranks > 1: the rank may also lead a decode split over that many ranks (it holds the
-    whole decoded video then); the larger of the two peaks."""
+    whole decoded video then); the larger of the two peaks. with_text: the next request's encode
+    runs beside a decode (DeDiVAE), so the two peaks add up."""
     weights = model.vae_params * 2 + (model.text_params * 2 if with_text else 0)
-    peak = vae_decode_peak_bytes(model, shape, tiled)
+    peak = vae_decode_peak_bytes(model, shape, tiled) + (encode_peak_bytes(model) if with_text else 0.0)
     if split_ranks > 1:
         from .split_decode import split_rank_bytes
 

@@ -49,6 +49,9 @@ class ModelSpec:
     vae_tiling: bool = True  # spatially tiled decoding is available (Wan decodes untiled only)
     text_beside_vae: bool = False  # the text encoders live on a decode rank when there is one
     lora_bytes: float = 0.0  # unfused LoRA adapters every denoise rank holds (pipedit.planner.memory.adapter_bytes)
+    # Bytes of one expert's checkpoint files in their own dtype (0: unknown, taken as dit_params x
+    # dit_bytes_per_param); float32 files hold twice a bf16 expert (pipedit.planner.memory).
+    expert_file_bytes: float = 0.0
 
     @property
     def layers(self) -> int:

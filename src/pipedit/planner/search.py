@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from .cost import (Layout, Shape, decode_seconds, handoff_seconds, physical_limit_seconds, step_seconds,
                    text_seconds)
 from .hardware import Node
-from .memory import (IDLE_EXPERT, RANK_HOST_BYTES, decode_rank_bytes, denoise_rank_bytes,
+from .memory import (IDLE_EXPERT, RANK_HOST_BYTES, decode_rank_bytes, denoise_rank_bytes, expert_file_bytes,
                      idle_expert_host_bytes)
 from .models import ModelSpec
 from .simulate import Timings, simulate
@@ -79,7 +79,7 @@ def swap_seconds(p: Problem, c: Candidate) -> float:
     """Expert swaps of one request on every denoise rank at once (0 with both experts resident)."""
     if p.model.experts < 2 or c.idle_expert == "resident":
         return 0.0
-    expert = p.model.dit_params * p.model.dit_bytes_per_param
+    expert = expert_file_bytes(p.model)  # copied in the files' dtype, cast on the device
     one_copy = max(p.node.offload_s(expert, c.ulysses * c.ring), expert / SWAP_COPY_RATE)
     return SWAPS_PER_REQUEST * one_copy
 

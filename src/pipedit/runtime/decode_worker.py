@@ -40,6 +40,18 @@ class DecodeWorker(RankWorker):
     def fix_decode_budget(self, free_bytes: int) -> None:
         self.adapter.fix_decode_budget(free_bytes)
 
+    def reserve_encode(self, request: VideoRequest) -> int:
+        """On the text rank among the decode ranks, once a group is up and before its decode budget
+        is fixed: the next request's encode runs here while a decode does, so the peak of one
+        encode of `request` (the configured shape; a placeholder image for image-to-video),
+        measured now, is kept out of the memory decodes are decided on. Returns it (0, and nothing
+        run, off CUDA or for a model whose decode does not depend on memory)."""
+        if self.device.type != "cuda" or self.adapter.free_decode_bytes() is None:
+            return 0
+        peak = device_peak_bytes(self.device, lambda: self.encode_prompt(request))  # host tensors back: freed again
+        self.adapter.reserve_for_encode(peak)
+        return peak
+
     def split_units(self, request: VideoRequest) -> int:
         """Units a decode of this request would be split into over the decode group now (1: none)."""
         if self.decode_group is None:
@@ -86,3 +98,14 @@ class DecodeWorker(RankWorker):
             serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device, self.state)
             self.state.deadline.settle()
         return len(self.aco_pairs)
+
+
+def device_peak_bytes(device: torch.device, run) -> int:
+    """The CUDA memory `run()` allocates at its peak above what was allocated before it (on every
+    stream: the encode runs on its own); waits for the device before and after."""
+    torch.cuda.synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    before = torch.cuda.memory_allocated(device)
+    run()
+    torch.cuda.synchronize(device)
+    return int(torch.cuda.max_memory_allocated(device)) - before

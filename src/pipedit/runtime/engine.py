@@ -97,15 +97,24 @@ class Engine:
     def _warm_up(self) -> None:
         """model.compile: the configured video shape's graphs compile now, on the new group."""
         if self.config.model.compile:
-            g = self.config.generation
-            request = VideoRequest("a red fox running through snow", height=g.height, width=g.width,
-                                   num_frames=g.num_frames, steps=g.steps, guidance_scale=g.guidance_scale)
-            self.pipeline.warm_up(placeholder_for(request, self.needs_image))
+            self.pipeline.warm_up(self._configured_request())
+
+    def _configured_request(self) -> VideoRequest:
+        """A request of the configured generation (a placeholder image for image-to-video)."""
+        g = self.config.generation
+        request = VideoRequest("a red fox running through snow", height=g.height, width=g.width,
+                               num_frames=g.num_frames, steps=g.steps, guidance_scale=g.guidance_scale)
+        return placeholder_for(request, self.needs_image)
 
     def _start_group(self):
-        """A new rank group, its decode ranks deciding decodes on one memory budget."""
+        """A new rank group, its decode ranks deciding decodes on one memory budget (less an
+        encode's peak where the text encoders share a decode rank: the next request's encode runs
+        there during a decode)."""
         executor = create_executor(self.config, self._model_path, self.layout, self._fault_env)
         try:
+            if self.layout.text_rank in self.layout.decode_ranks:
+                executor.call_rank(self.layout.text_rank, "reserve_encode", self._configured_request(),
+                                   timeout=self.config.reliability.rebuild_timeout_s)
             limit = self.config.reliability.op_deadline_floor_s  # two quick calls per decode rank
             fix_decode_budget(self.layout.decode_ranks,
                               lambda rank, method, *args: executor.call_rank(rank, method, *args, timeout=limit))

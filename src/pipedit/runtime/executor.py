@@ -18,6 +18,7 @@ from typing import Any
 from .. import faults
 from ..config import EngineConfig
 from ..distributed.devices import check_distinct_gpus
+from ..distributed.interfaces import socket_interface_env
 from ..errors import UserInputError
 from .decode_worker import DecodeWorker
 from .layout import WorldLayout
@@ -59,7 +60,7 @@ class RayExecutor:
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
-        env = {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(layout.ranks_per_node)}
+        env = rank_env(fault_env, layout.ranks_per_node)
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         try:
@@ -194,6 +195,17 @@ def fault_env() -> dict[str, str]:
     faults.parse(spec)  # a typo fails the start, with the grammar's message
     once_dir = os.environ.get(faults.ONCE_DIR_ENV) or tempfile.mkdtemp(prefix="pipedit-faults-")
     return {faults.ENV: spec, faults.ONCE_DIR_ENV: once_dir}
+
+
+def rank_env(fault_env: dict[str, str], ranks_on_node: int) -> dict[str, str]:
+    """The environment of the rank actors (Ray must be connected): the fault switch, the torch
+    threads, and on a loopback instance NCCL's and gloo's socket interfaces on loopback
+    (pipedit.distributed.interfaces: nothing listens beyond loopback)."""
+    import ray
+
+    nodes = [node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")]
+    return {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(ranks_on_node),
+            **socket_interface_env(nodes)}
 
 
 def _thread_env(ranks_on_node: int) -> dict[str, str]:

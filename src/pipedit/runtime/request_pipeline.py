@@ -24,6 +24,7 @@ from ..config import ReliabilityConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from .compile import WARM_UP_PROMPTS, graph_key
 from .deadlines import DecodePrediction, Deadlines
+from .first_swap import FirstSwap
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
 
@@ -52,6 +53,7 @@ class RequestPipeline:
         # model.compile: the graph keys (video shape, guidance, image; compile.graph_key) this rank
         # group has compiled graphs for (None: eager).
         self.compiled_keys: set[tuple] | None = set() if compiled else None
+        self.first_swap = FirstSwap()  # offloaded weights' first swap: its request's deadlines
 
     def warm_up(self, request: VideoRequest) -> None:
         """model.compile, on a new rank group: forwards of `request` (with each warm-up prompt) on
@@ -163,6 +165,7 @@ class _Run:
             raise RuntimeError(f"the rank group failed ({cause}) and this engine cannot rebuild it")
         self.s.rebuild()
         self.deadlines.sent_op_s = None  # new ranks start at the floor: tell them again
+        self.s.first_swap.new_group()  # and have swapped nothing yet
         self.free = deque(self.layout.decode_ranks)
         self.shape_of = (None, None)
         self.broken = None
@@ -195,20 +198,21 @@ class _Run:
         total = self.ex.call("begin", request, cond, timeout=self.deadlines.call_s)[0]
         self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, 0, total))
         aco_steps = 0
-        for index in range(total):
-            self._check_cancelled(request)  # between steps: a cancelled request stops within one
-            key = graph_key(request)
-            compiles = index == 0 and self.s.compiled_keys is not None and key not in self.s.compiled_keys
-            with self.s.first_compile(key) if compiles else contextlib.nullcontext():
-                use_aco = self._aco_now(request)  # may time forwards (Aco's measurement): inside too
-                step_start = time.perf_counter()
-                done = self._step(request, use_aco)
-            if not compiles:  # a compiling forward's time is no step time
-                self._observe_step(time.perf_counter() - step_start)
-            aco_steps += use_aco
-            self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, done, total))
-            yield from self._collect(block=False)
-            self._check_group()
+        with self.s.first_swap.around_steps(self.ex, self.deadlines) as swapping:
+            for index in range(total):
+                self._check_cancelled(request)  # between steps: a cancelled request stops within one
+                key = graph_key(request)
+                compiles = index == 0 and self.s.compiled_keys is not None and key not in self.s.compiled_keys
+                with self.s.first_compile(key) if compiles else contextlib.nullcontext():
+                    use_aco = self._aco_now(request)  # may time forwards (Aco's measurement): inside too
+                    step_start = time.perf_counter()
+                    done = self._step(request, use_aco)
+                if not (compiles or swapping):  # a compiling or first-swapping forward's time is no step time
+                    self._observe_step(time.perf_counter() - step_start)
+                aco_steps += use_aco
+                self.emit(RequestEvent(request.request_id, RequestStatus.DENOISING, done, total))
+                yield from self._collect(block=False)
+                self._check_group()
         timings["denoise_s"] = time.perf_counter() - start
         timings["aco_steps"] = aco_steps
         # Guidance branches per step, and the step cache's evaluations computed and skipped.

@@ -14,6 +14,7 @@ from .. import device_time
 from ..attention.aco import AcoShape
 from ..cache.session import WorkerCache
 from ..distributed import p2p
+from ..lora.host_copies import rebind
 from ..lora.slots import SlotLoras
 from ..lora.switch import RankLoras
 from ..request import VideoRequest, VideoResult
@@ -88,19 +89,25 @@ class DenoiseWorker(RankWorker):
         return list(self.adapter.experts)
 
     def _decode_offloaded(self, latents: torch.Tensor) -> torch.Tensor:
-        # Only the DiTs on the device leave (an offloaded idle expert already waits on the host)
-        # and only they come back.
-        on_device = [dit for dit in self._transformers() if next(dit.parameters()).device == self.device]
+        # Only the DiTs' tensors on the device leave, and only they come back: an offloaded idle
+        # expert and the LoRA adapters the LRU evicted already wait on the host (their host
+        # copies stay as they are), and must not come back behind the LRU's back.
+        resident = [t for dit in self._transformers() for t in (*dit.parameters(), *dit.buffers())
+                    if t.device == self.device]
         vae = self.adapter.components["vae"]
-        for dit in on_device:
-            dit.to("cpu")
+        for tensor in resident:
+            rebind(tensor, tensor.data.to("cpu"))
         vae.to(self.device)
         try:
             return self.adapter.decode(latents)
         finally:
             vae.to("cpu")
-            for dit in on_device:
-                dit.to(self.device)
+            for tensor in resident:
+                rebind(tensor, tensor.data.to(self.device))
+
+    def first_swap_bytes(self) -> int:
+        """Bytes this rank's first swap of offloaded weights reads from their files (0: none)."""
+        return self.adapter.first_swap_bytes()
 
     def aco_calls(self) -> int:
         """Attention calls per transformer forward that Aco helpers must serve."""
