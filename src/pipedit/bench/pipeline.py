@@ -107,7 +107,7 @@ def format_report(engine, template: VideoRequest, modes: list[ModeFigures], memo
 def rate_lines(rates: StepRates, template: VideoRequest, modes: list[ModeFigures], devices: int) -> list[str]:
     """Per mode: the DiT FLOPs of a request (cost model, its steps x the guidance branches they ran)
     over the mean denoise_s, per denoise rank."""
-    lines = [rates.header() + f" per denoise rank ({devices})",
+    lines = [rates.header() + f" ({devices})",
              f"{'denoising':<18} {'TFLOP/request':>14} {'denoise s':>10} {COLUMNS}"]
     for mode in modes:
         if not mode.steps_s:

@@ -87,7 +87,7 @@ class StepRates:
         text = self.matmul.describe()
         if self.matmul.device.startswith("cpu"):
             text += f" (a CPU's {self.matmul.dtype} figures, not a GPU's)"
-        return text + "; TFLOP/s: the cost model's FLOPs per device"
+        return text + "; TFLOP/s: the cost model's FLOPs over the time, per denoise rank"
 
     def report(self) -> dict:
         return matmul_report(self.matmul)

@@ -141,7 +141,8 @@ def format_table(title: str, unit: str, results: dict, rates: StepRates | None =
     the matmul rate."""
     baseline = results[None]["step_s"]
     head = f"{'mode':<16} {'chunk':>6} {unit:>10} {'speedup vs sync':>16}"
-    lines = [title] + ([f"{rates.header()} per denoise rank (the single device: 1)"] if rates else [])
+    single = " (the single device: 1)" if "single" in results else ""
+    lines = [title] + ([rates.header() + single] if rates else [])
     lines.append(head + (f" {COLUMNS}" if rates else ""))
     for key, row in results.items():
         chunk = "-" if row["chunk"] is None else str(row["chunk"])
