@@ -63,9 +63,11 @@ class MatmulRate:
     device: str
     dtype: str
     size: int  # square matrices of this size
+    rank: int | None = None  # the rank whose device it was measured on (RankWorker.matmul_rate); None: this process
 
     def describe(self) -> str:
-        return (f"measured {self.dtype} matmul rate on {self.device}: {self.flops_per_s / 1e12:.2f} TFLOP/s "
+        where = self.device if self.rank is None else f"{self.device} (rank {self.rank})"
+        return (f"measured {self.dtype} matmul rate on {where}: {self.flops_per_s / 1e12:.2f} TFLOP/s "
                 f"({self.size}x{self.size} GEMMs)")
 
 

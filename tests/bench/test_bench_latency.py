@@ -69,11 +69,34 @@ def test_environment_and_settings(tiny_run):
 
 
 @pytest.mark.slow
+def test_step_rates_are_the_cost_models_flops_over_the_reported_times(tiny_run, demo_checkpoint):
+    from pipedit.bench.rates import model_spec, step_flops
+
+    _, report = tiny_run
+    matmul = report["matmul"]  # measured once, on the first method's rank 0 (a Ray actor), not in the driver
+    assert (matmul["rank"], matmul["device"], matmul["dtype"]) == (0, "cpu", "float32") and matmul["flops_per_s"] > 0
+    step = step_flops(model_spec(demo_checkpoint), 64, 64, 5, 1)  # the demo HunyuanVideo: one forward per step
+    for cell in report["cells"]:
+        assert cell["flops"] == {"per_step": step, "cfg_branches": 1.0}
+        ranks = cell["layout"]["ulysses"] * cell["layout"]["ring"]
+        assert cell["denoise_ranks"] == ranks
+        median, denoise = cell["achieved"]["per_step_median"], cell["achieved"]["denoise_mean"]
+        assert (median["flops"], median["seconds"], median["devices"]) == (step, cell["per_step_s"]["median"], ranks)
+        assert (denoise["flops"], denoise["seconds"]) == (STEPS * step, cell["phase_s"]["denoise"])
+        for figures in (median, denoise):
+            rate = figures["flops"] / figures["seconds"] / ranks
+            assert figures["tflops"] == pytest.approx(rate / 1e12)
+            assert figures["of_matmul"] == pytest.approx(rate / matmul["flops_per_s"])
+
+
+@pytest.mark.slow
 def test_markdown_and_png(tiny_run):
     out, report = tiny_run
     rows = [line for line in (out / "latency.md").read_text().splitlines() if line.startswith("| ")]
     assert len(rows) == 1 + len(report["cells"])  # the header, then one row per cell
     assert [row.split("|")[1].strip() for row in rows[1:]] == METHODS
+    tflops = {row.split("|")[-3].strip() for row in rows[1:]}  # the step TFLOP/s column
+    assert all(float(value) > 0 for value in tflops)
     assert (out / "latency.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 

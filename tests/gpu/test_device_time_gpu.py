@@ -5,7 +5,7 @@ Why a GPU: a CPU runs ops synchronously, so a host clock there always covers the
 asynchronous device can return from a step before its kernels ran (what made docs/gpu-nodes.md
 once report 29 ms for 4 full-width blocks that need at least 34 ms at the dense peak). The bound
 checked is physical: no step runs faster than its FLOPs (the cost model's count) at the measured
-bf16 matmul rate.
+bf16 matmul rate, measured on the engine's rank 0 as the benches measure it.
 """
 
 import json
@@ -13,10 +13,9 @@ import json
 import pytest
 import torch
 
-from pipedit.bench.rates import step_flops
+from pipedit.bench.rates import rank_matmul_rate, step_flops
 from pipedit.cli import main
 from pipedit.config import EngineConfig, ModelConfig
-from pipedit.device_time import measure_matmul_rate
 from pipedit.planner.models import from_checkpoint
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
@@ -29,7 +28,9 @@ def test_denoise_s_covers_the_device_work(full_width_checkpoint):
     with Engine(EngineConfig(model=ModelConfig(path=str(full_width_checkpoint), device="cuda"))) as engine:
         engine.generate(video)  # warm-up
         result = engine.generate(video)
-    rate = measure_matmul_rate(torch.device("cuda", 0))
+        rate = rank_matmul_rate(engine.executor)  # as the benches measure it: on rank 0's device
+    # The rank's own indexed GPU, in bf16 (a CPU measures float32 and cannot show this).
+    assert (rate.device, rate.dtype, rate.rank) == ("cuda:0", "bfloat16", 0)
     per_step = result.timings["denoise_s"] / video.steps
     flops = step_flops(from_checkpoint(full_width_checkpoint, "hunyuan-video"), 544, 960, 33,
                        result.timings["cfg_branches"])

@@ -38,7 +38,7 @@ from ..attention.kernel_probe import OK, probe_entry
 from ..attention.kernels import attention_kernels as kernel_table
 from ..planner.cost import block_work, step_from_block
 from ..planner.models import ModelSpec, full_size, model_names
-from .rates import achieved
+from .rates import achieved, matmul_report
 
 Attend = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]  # [B, S, H, D] each
 DEFAULT_SHAPES = ((832, 480, 81), (1280, 720, 81))  # (width, height, frames): 480p and 720p
@@ -203,7 +203,7 @@ def bench_kernels(settings: KernelBenchSettings, device: torch.device, dtype: to
             del block
     gpu_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     return {"device": str(device), "gpu_name": gpu_name, "dtype": str(dtype).removeprefix("torch."),
-            "matmul": asdict(matmul) | {"text": matmul.describe()}, "repeats": settings.repeats,
+            "matmul": matmul_report(matmul), "repeats": settings.repeats,
             "scaled": {"tokens": settings.tokens, "width_divisor": settings.width_divisor} if settings.scaled else None,
             "same_as": same_as, "precisions_skipped": skipped, "rows": rows, "fastest": fastest(rows)}
 

@@ -19,7 +19,15 @@ latency.json (field names are a contract; other tools read them):
                batch_time_s (first submit -> last video), per_step_s {median, mean},
                per_request_s [submit -> video, completion order], phase_s {encode_mean,
                denoise_mean, decode_mean}, aco_steps, failures [messages],
-               peak_memory_bytes {"rank0": int, ...}, peak_memory_kind
+               peak_memory_bytes {"rank0": int, ...}, peak_memory_kind,
+               flops {per_step (the cost model's DiT FLOPs of one step at the batch's mean
+               cfg_branches), cfg_branches}, denoise_ranks (the ranks a step is shared by),
+               achieved {per_step_median, denoise_mean (a request's denoise_s, steps x
+               per_step FLOPs)}: each {flops, seconds, devices, tflops, of_matmul} (tflops =
+               flops / seconds / devices / 1e12, per denoise rank) or {..., measurement_error};
+               null without a finished request
+  matmul       the dense matmul rate measured once per run on the first method's rank 0
+               (pipedit.device_time.MatmulRate's fields and its text); the figures' ceiling
 """
 
 from __future__ import annotations
@@ -38,6 +46,7 @@ from ..config import EngineConfig
 from .batch import BatchRun, batch_requests, run_batch
 from .environment import describe_environment
 from .methods import ACO, method_parallel
+from .rates import StepRates, model_spec, rank_matmul_rate
 
 WARMUP_STEPS = 2  # the warm-up request's steps (fewer when the cell has fewer)
 
@@ -88,13 +97,16 @@ def bench_latency(config: EngineConfig, settings: LatencySettings, out_dir: Path
     configs = {m: _method_config(config, m, settings, heads, cells[0]) for m in settings.methods}  # checks first
     report = {"environment": describe_environment(config), "settings": _settings(config, settings, model_path),
               "cells": []}
+    spec, rates = model_spec(model_path, config.model.name), None
     started_ray = ensure_ray(settings.ranks) if settings.ranks > 1 else False
     try:
         with tqdm(total=len(cells) * len(settings.methods), desc="bench latency", unit="cell", file=sys.stderr) as bar:
             for method in settings.methods:
-                report["cells"] += _run_method(configs[method], method, settings, cells, bar)
+                rows, rates = _run_method(configs[method], method, settings, cells, bar, spec, rates)
+                report["cells"] += rows
     finally:
         stop_ray(started_ray)
+    report["matmul"] = rates.report()
     write_reports(report, out_dir)
     return report
 
@@ -107,11 +119,15 @@ def _method_config(config: EngineConfig, method: str, settings: LatencySettings,
     return replace(config, parallel=parallel, generation=generation)
 
 
-def _run_method(config: EngineConfig, method: str, settings: LatencySettings, cells: list[Cell], bar) -> list[dict]:
+def _run_method(config: EngineConfig, method: str, settings: LatencySettings, cells: list[Cell], bar, spec,
+                rates: StepRates | None) -> tuple[list[dict], StepRates]:
+    """The method's cells, and the run's StepRates (the matmul rate measured on this engine's rank 0
+    when `rates` is None: the first method's)."""
     from ..runtime.engine import Engine
 
     bar.set_postfix_str(f"{method}: starting {settings.ranks} rank(s)")
     with Engine(config) as engine:
+        rates = rates or StepRates(spec, rank_matmul_rate(engine.executor))
         world, layout = engine.layout.world_size, engine.layout
         offload = method == "base" and settings.base_offload and any(
             engine.executor.call("set_offload_idle", True))
@@ -123,12 +139,12 @@ def _run_method(config: EngineConfig, method: str, settings: LatencySettings, ce
         rows = []
         for cell in cells:
             bar.set_postfix_str(f"{method} {cell.label}")
-            rows.append(_run_cell(engine, method, cell, settings.prompts, offload, world))
+            rows.append(_run_cell(engine, method, cell, settings.prompts, offload, world, rates))
             bar.update(1)
-    return rows
+    return rows, rates
 
 
-def _run_cell(engine, method: str, cell: Cell, prompts: int, offload: bool, world: int) -> dict:
+def _run_cell(engine, method: str, cell: Cell, prompts: int, offload: bool, world: int, rates: StepRates) -> dict:
     ex = engine.executor
     warmup = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, min(cell.steps, WARMUP_STEPS), 1,
                                                 engine.needs_image))
@@ -145,7 +161,8 @@ def _run_cell(engine, method: str, cell: Cell, prompts: int, offload: bool, worl
     run = run_batch(engine, batch_requests(cell.height, cell.width, cell.frames, cell.steps, prompts,
                                          engine.needs_image), show)
     peaks = [ex.call_rank(rank, "peak_memory") for rank in range(world)]
-    return _cell_figures(engine, method, cell, prompts, run, peaks, offload, ex.call_rank(0, "pipesp_chunk"))
+    figures = _cell_figures(engine, method, cell, prompts, run, peaks, offload, ex.call_rank(0, "pipesp_chunk"))
+    return figures | _cell_rates(rates, cell, run, figures, engine.layout.denoise)
 
 
 def _mean(values: list[float]) -> float | None:
@@ -174,6 +191,18 @@ def _cell_figures(engine, method: str, cell: Cell, prompts: int, run: BatchRun, 
         "peak_memory_bytes": {f"rank{rank}": value for rank, (value, _) in enumerate(peaks)},
         "peak_memory_kind": peaks[0][1],
     }
+
+
+def _cell_rates(rates: StepRates, cell: Cell, run: BatchRun, figures: dict, devices: int) -> dict:
+    """The cell's step FLOPs (the cost model's, at the guidance branches its requests ran) and the
+    rates of its per-step median and mean denoise time."""
+    if not run.results:
+        return {"flops": None, "denoise_ranks": devices, "achieved": None}
+    branches = statistics.fmean(r.timings["cfg_branches"] for r in run.results)
+    step = rates.step_flops(cell.height, cell.width, cell.frames, branches)
+    return {"flops": {"per_step": step, "cfg_branches": branches}, "denoise_ranks": devices,
+            "achieved": {"per_step_median": rates.figures(step, figures["per_step_s"]["median"], devices),
+                         "denoise_mean": rates.figures(step * cell.steps, figures["phase_s"]["denoise"], devices)}}
 
 
 def _settings(config: EngineConfig, settings: LatencySettings, model_path: str) -> dict:

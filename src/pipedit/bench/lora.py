@@ -11,6 +11,10 @@ warm-up, `repeats` rounds, medians reported:
 The adapters are the --lora files (at most two); missing ones are written with random weights at
 `rank` over every attention projection of the transformer (time depends on the rank and the
 layers an adapter touches, not on its values). Written as lora.json and lora.md.
+
+Each row's `achieved` is the base model's DiT FLOPs of a step (the cost model's, at the request's
+guidance branches; the adapters' low-rank products are not counted) over its seconds per step, per
+denoise rank, against the matmul rate measured once on the first engine's rank 0.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import torch
 from ..config import EngineConfig
 from ..lora.spec import LoraSpec
 from ..request import VideoRequest
+from .rates import StepRates, markdown_cells, model_spec, rank_matmul_rate
 
 # The attention projections of the DiTs that take adapters (HunyuanVideo: attn.to_q ...,
 # add_q_proj ...; Wan: attn1/attn2.to_q ..., to_out.0).
@@ -77,12 +82,16 @@ def random_adapters(model_path: Path, family, count: int, rank: int, folder: Pat
     return paths
 
 
-def _runs(config: EngineConfig, requests: dict[str, VideoRequest], repeats: int) -> dict[str, list]:
-    """Every request once per round (a busy machine slows each alike), after a warm-up."""
+def _runs(config: EngineConfig, requests: dict[str, VideoRequest], repeats: int, measured: dict) -> dict[str, list]:
+    """Every request once per round (a busy machine slows each alike), after a warm-up. The first
+    engine measures the matmul rate on its rank 0 into `measured`; each engine's denoise ranks too."""
     from ..runtime.engine import Engine
 
     runs: dict[str, list] = {mode: [] for mode in requests}
     with Engine(config) as engine:
+        if "matmul" not in measured:
+            measured["matmul"] = rank_matmul_rate(engine.executor)
+        measured["devices"] |= {mode: engine.layout.denoise for mode in requests}
         engine.generate(replace(next(iter(requests.values())), steps=1))
         for _ in range(repeats):
             for mode, request in requests.items():
@@ -110,26 +119,34 @@ def bench_lora(config: EngineConfig, settings: LoraBenchSettings, out_dir: Path)
         offered = (("a", both[0]), ("b", both[1]))
         named = replace(base, model=replace(base.model, offered_loras=offered, max_gpu_loras=2))
         fused = replace(base, model=replace(base.model, run_loras=both, fuse_loras=True))
-        runs = _runs(base, {"no adapters loaded": request}, settings.repeats)
+        measured = {"devices": {}}
+        runs = _runs(base, {"no adapters loaded": request}, settings.repeats, measured)
         runs |= _runs(named, {"offered, none active": request, "1 unfused": replace(request, loras=({"name": "a"},)),
-                              "2 unfused": replace(request, loras=({"name": "a"}, {"name": "b"}))}, settings.repeats)
-        runs |= _runs(fused, {"2 fused": request}, settings.repeats)
-    rows = [_row(mode, results, settings.steps) for mode, results in runs.items()]
+                              "2 unfused": replace(request, loras=({"name": "a"}, {"name": "b"}))}, settings.repeats,
+                      measured)
+        runs |= _runs(fused, {"2 fused": request}, settings.repeats, measured)
+    rates = StepRates(model_spec(model_path, family.name), measured["matmul"])
+    rows = [_row(mode, results, settings, rates, measured["devices"][mode]) for mode, results in runs.items()]
     none = rows[0]["step_s"]
     for row in rows:
         row["vs_none"] = row["step_s"] / none
     report = {"settings": settings.__dict__, "family": family.name, "device": config.model.device_type(),
-              "adapters": [Path(f).name for f in files], "given": len(given), "rows": rows}
+              "adapters": [Path(f).name for f in files], "given": len(given), "rows": rows,
+              "matmul": rates.report()}
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "lora.json").write_text(json.dumps(report, indent=1) + "\n")
     (out_dir / "lora.md").write_text(markdown(report))
     return report
 
 
-def _row(mode: str, results: list, steps: int) -> dict:
-    """Seconds per step without the request's adapter switch; the switch's, where it took one."""
+def _row(mode: str, results: list, settings: LoraBenchSettings, rates: StepRates, devices: int) -> dict:
+    """Seconds per step without the request's adapter switch; the switch's, where it took one; the
+    step's base-model FLOPs and their rate over those seconds on `devices` denoise ranks."""
     row = {"mode": mode, "step_s": statistics.median(
-        (r.timings["denoise_s"] - r.timings.get("lora_switch_s", 0.0)) / steps for r in results)}
+        (r.timings["denoise_s"] - r.timings.get("lora_switch_s", 0.0)) / settings.steps for r in results),
+        "cfg_branches": statistics.fmean(r.timings["cfg_branches"] for r in results)}
+    row["flops_per_step"] = rates.step_flops(settings.height, settings.width, settings.num_frames, row["cfg_branches"])
+    row["achieved"] = rates.figures(row["flops_per_step"], row["step_s"], devices)
     if any("lora_switch_s" in r.timings for r in results):
         row["switch_s"] = statistics.median(r.timings["lora_switch_s"] for r in results)
     return row
@@ -142,8 +159,11 @@ def markdown(report: dict) -> str:
                                                     f"over the attention projections)" if made else ""))
     lines = [f"# bench lora: {report['family']}, {s['width']}x{s['height']}x{s['num_frames']}, {s['steps']} steps, "
              f"{report['device']}, median of {s['repeats']}", "", f"Adapters: {source}.", "",
-             "| mode | s per step | vs none | switch s |", "|---|---:|---:|---:|"]
+             f"TFLOP/s: the base model's DiT FLOPs per step (adapters not counted) per denoise rank; "
+             f"{report['matmul']['text']}.", "",
+             "| mode | s per step | vs none | switch s | TFLOP/s | of matmul |", "|---|---:|---:|---:|---:|---:|"]
     for row in report["rows"]:
         switch = f"{row['switch_s']:.4f}" if "switch_s" in row else "-"
-        lines.append(f"| {row['mode']} | {row['step_s']:.4f} | {row['vs_none']:.2f}x | {switch} |")
+        lines.append(f"| {row['mode']} | {row['step_s']:.4f} | {row['vs_none']:.2f}x | {switch} | "
+                     f"{markdown_cells(row['achieved'])} |")
     return "\n".join(lines) + "\n"

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from .rates import markdown_cells
+
 MIB = 2**20
 
 
@@ -38,9 +40,12 @@ def markdown(report: dict) -> str:
         f"Devices: {gpus}; interconnect {env['interconnect']}; torch {env['versions']['torch']}, "
         f"diffusers {env['versions']['diffusers']}. Warm-up: {settings['warmup']}. Peak memory: {settings['peak_memory']}.",
         "",
+        f"Step TFLOP/s: the cost model's DiT FLOPs of a step over the step median, per denoise rank; "
+        f"{report['matmul']['text']}.",
+        "",
         "| method | W x H x frames | steps | layout | batch s | step median ms | step mean ms | request mean s "
-        "| request max s | peak MiB (max rank) | aco steps |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| request max s | peak MiB (max rank) | aco steps | step TFLOP/s | of matmul |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for cell in report["cells"]:
         requests = cell["per_request_s"]
@@ -51,7 +56,8 @@ def markdown(report: dict) -> str:
             f"| {cell['method']} | {cell['width']}x{cell['height']}x{cell['frames']} | {cell['steps']} | "
             f"{_layout(cell['layout'])} | {cell['batch_time_s']:.2f}{failed} | {_ms(cell['per_step_s']['median'])} | "
             f"{_ms(cell['per_step_s']['mean'])} | {mean} | {top} | "
-            f"{max(cell['peak_memory_bytes'].values()) / MIB:.0f} | {cell['aco_steps']} |"
+            f"{max(cell['peak_memory_bytes'].values()) / MIB:.0f} | {cell['aco_steps']} | "
+            f"{markdown_cells((cell['achieved'] or {}).get('per_step_median'))} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ import os
 import re
 import resource
 from collections.abc import Mapping
+from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
 
@@ -214,6 +215,12 @@ class RankWorker:
     def device_name(self) -> str | None:
         """The GPU's model name as the driver reports it ("NVIDIA H100 80GB HBM3"), None on CPU."""
         return torch.cuda.get_device_name(self.device) if self.device.type == "cuda" else None
+
+    def matmul_rate(self) -> dict:
+        """This rank's device's dense matmul rate (pipedit.device_time.MatmulRate's fields), what
+        a bench compares its figures with: measured where the work runs (a driver holds no GPU;
+        on a CPU, with this rank's threads). Call it between requests, never during one."""
+        return asdict(replace(device_time.measure_matmul_rate(self.device), rank=self.rank))
 
     def torch_threads(self) -> int:
         return torch.get_num_threads()

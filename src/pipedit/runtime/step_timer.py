@@ -6,11 +6,12 @@ from __future__ import annotations
 import statistics
 
 from ..attention.autotune import interleaved_samples
+from ..guidance import branch_passes
 from ..request import VideoRequest
 
 
 def time_steps(worker, request: VideoRequest, cond: dict, chunks: list, rounds: int) -> dict:
-    """Seconds per denoising step for each entry of `chunks` (None: synchronous Ulysses, an int:
+    """Seconds per denoising step (and its guidance branches, `cfg_branches`) for each entry of `chunks` (None: synchronous Ulysses, an int:
     that PipeSP chunk, "auto": what auto picks), the modes interleaved over `rounds` rounds;
     median of the slowest rank's samples. Collective across the SP group."""
     worker.begin(request, cond)
@@ -25,7 +26,8 @@ def time_steps(worker, request: VideoRequest, cond: dict, chunks: list, rounds: 
 
     samples = interleaved_samples([step_with(chunk) for chunk in resolved], rounds, sp.ctx)
     worker.job = None
+    branches = branch_passes(adapter, job.cond, request.guidance_scale)  # the forwards one step ran
     return {
-        label: {"chunk": chunk, "step_s": statistics.median(samples[:, i].tolist())}
+        label: {"chunk": chunk, "step_s": statistics.median(samples[:, i].tolist()), "cfg_branches": branches}
         for i, (label, chunk) in enumerate(zip(chunks, resolved))
     }
