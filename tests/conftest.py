@@ -31,10 +31,11 @@ def osp_demo(tmp_path_factory):
 def diffusers_pipeline(demo_checkpoint):
     """The reference implementation, loaded unchanged from the same folder."""
     from diffusers import HunyuanVideoPipeline
+    from reference_cache import cached
 
     pipe = HunyuanVideoPipeline.from_pretrained(demo_checkpoint)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return cached(pipe, demo_checkpoint)  # reference outputs kept on disk: tests/reference_cache.py
 
 
 @pytest.fixture(scope="session")

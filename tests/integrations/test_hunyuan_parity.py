@@ -12,6 +12,7 @@ from pipedit.config import EngineConfig, ModelConfig
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 from pipedit.video import read_mp4
+from reference_cache import cached
 
 SHAPES = [(128, 128, 17), (96, 160, 9)]
 PROMPT = "a red fox runs through fresh snow"
@@ -72,7 +73,7 @@ def test_stored_dtypes_load_as_diffusers_loads_them(demo_checkpoint, tmp_path):
     shutil.copytree(demo_checkpoint, mixed)
     for name, model_class in (("text_encoder", LlamaModel), ("text_encoder_2", CLIPTextModel)):
         model_class.from_pretrained(mixed / name).to(torch.bfloat16).save_pretrained(mixed / name)
-    reference_pipe = HunyuanVideoPipeline.from_pretrained(mixed)
+    reference_pipe = cached(HunyuanVideoPipeline.from_pretrained(mixed), mixed)
     assert reference_pipe.text_encoder.dtype == torch.bfloat16
     reference_pipe.set_progress_bar_config(disable=True)
     reference = reference_pipe(prompt=PROMPT, height=64, width=64, num_frames=5, num_inference_steps=2,
@@ -88,7 +89,7 @@ def test_a_shifted_run_equals_diffusers_with_that_shift(demo_checkpoint, diffuse
     from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
 
     shifted = FlowMatchEulerDiscreteScheduler.from_config(diffusers_pipeline.scheduler.config, shift=2.0)
-    pipe = HunyuanVideoPipeline(**dict(diffusers_pipeline.components, scheduler=shifted))
+    pipe = cached(HunyuanVideoPipeline(**dict(diffusers_pipeline.components, scheduler=shifted)), demo_checkpoint)
     pipe.set_progress_bar_config(disable=True)
     request = VideoRequest(PROMPT, num_frames=5, steps=3, seed=4, flow_shift=2.0)
     with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))) as engine:
