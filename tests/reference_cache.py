@@ -9,7 +9,7 @@ stored under a key of everything the output depends on, else runs the pipeline a
 - every weight the pipeline holds as loaded (dtype changes and LoRA weights included) and the
   LoRA scales set on its layers, its scheduler's class and config,
 - every call argument (a generator by its state, an image or tensor by its bytes),
-- the versions of diffusers, transformers, peft and torch.
+- the versions of diffusers, transformers, peft and torch, and torch's thread count.
 
 A changed pin, checkpoint or argument is another key: the reference is recomputed. A call with an
 argument that has no stable description (a callback) runs the pipeline every time. The folder is
@@ -97,6 +97,7 @@ def describe(value, digest) -> None:
 
 def _key(pipe, checkpoint: Path | None, kwargs: dict) -> str:
     digest = hashlib.sha256(";".join(f"{name}={version(name)}" for name in PACKAGES).encode())
+    digest.update(f"threads={torch.get_num_threads()}".encode())  # float sums' order follows it
     digest.update(folder_digest(checkpoint).encode() if checkpoint else b"-")
     digest.update(pipeline_digest(pipe).encode())
     describe(kwargs, digest)
