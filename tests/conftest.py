@@ -67,3 +67,16 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
     from lora_files import write_wan_adapters
 
     return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))
+
+
+# Under pytest-xdist (`-n 2 --dist loadgroup`, .ci/run), every test on the session's Ray runs on one
+# worker, so one Ray instance serves them all (a second would double its memory and start-up); the
+# cluster's tests, which run a Ray of their own, form another group.
+RAY_GROUPS = {"ray_session": "ray", "cluster": "cluster"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        groups = {RAY_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in RAY_GROUPS}
+        if groups:
+            item.add_marker(pytest.mark.xdist_group(min(groups)))
