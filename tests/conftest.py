@@ -6,6 +6,9 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The compile tests' graphs (in this process, its spawned ranks and the next runs) come from
+# inductor's on-disk FX graph cache after their first build (torch's default; kept on if unset).
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
 
 
 @pytest.fixture(scope="session")
@@ -52,6 +55,17 @@ def ray_session():
 
 
 @pytest.fixture(scope="session")
+def engines():
+    """Engines shared by the session's tests that only send requests, one per configuration
+    (tests/engine_pool.py says which tests may use them: `engines.get(config)`)."""
+    from engine_pool import EnginePool
+
+    pool = EnginePool()
+    yield pool
+    pool.close()
+
+
+@pytest.fixture(scope="session")
 def wan_three_heads(tmp_path_factory):
     """The tiny three-head Wan2.1 text-to-video checkpoint the adapter and parallel tests share
     (3 heads: 2 ranks split them 2+1)."""
@@ -69,14 +83,12 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
     return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`, .ci/run), every test on the session's Ray runs on one
-# worker, so one Ray instance serves them all (a second would double its memory and start-up); the
-# cluster's tests, which run a Ray of their own, form another group.
-RAY_GROUPS = {"ray_session": "ray", "cluster": "cluster"}
 
-
+# Under pytest-xdist (`-n 2 --dist loadgroup`, as `make test` runs), each module's tests run on one
+# worker, so its module-scoped engines and services start once; the cluster folder's tests, which
+# share one Ray cluster of three nodes, run on one worker too. Each worker has its own session Ray.
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        groups = {RAY_GROUPS[name] for name in getattr(item, "fixturenames", ()) if name in RAY_GROUPS}
-        if groups:
-            item.add_marker(pytest.mark.xdist_group(min(groups)))
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("tests/cluster" if path.startswith("tests/cluster/") else path))
