@@ -84,11 +84,17 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
 
 
 
-# Under pytest-xdist (`-n 2 --dist loadgroup`, as `make test` runs), each module's tests run on one
-# worker, so its module-scoped engines and services start once; the cluster folder's tests, which
-# share one Ray cluster of three nodes, run on one worker too. Each worker has its own session Ray.
+# Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder), each module's tests
+# run on one worker, so its module-scoped engines and services start once; the cluster folder's
+# tests, which share one Ray cluster of three nodes, run on one worker too. Each worker has its own
+# session Ray. The modules with a `slow` test are handed out first, so that none of them starts
+# last and ends the run alone.
 @pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
 def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: collection order unchanged
+        return
     for item in items:
         path = item.nodeid.split("::", 1)[0]
         item.add_marker(pytest.mark.xdist_group("tests/cluster" if path.startswith("tests/cluster/") else path))
+    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: same order on every worker

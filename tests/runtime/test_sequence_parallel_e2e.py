@@ -13,6 +13,7 @@ from e2e_helpers import single_device_latents as reference_latents
 from pipedit.cli import main
 from reference_cache import cached
 
+pytestmark = pytest.mark.slow  # rank groups on Ray, end to end
 PROMPT = "a lighthouse at dusk"
 CASE = Case(PROMPT, height=80, width=112, frames=17, steps=2, seed=5)
 
