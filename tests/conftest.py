@@ -83,7 +83,6 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
     return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))
 
 
-
 # Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder), each module's tests
 # run on one worker, so its module-scoped engines and services start once; the cluster folder's
 # tests, which share one Ray cluster of three nodes, run on one worker too. Each worker has its own
