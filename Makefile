@@ -4,6 +4,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 PROMPT ?= a red fox running through fresh snow, cinematic
+# The suite's parallel workers (pytest-xdist): much of its time is waiting for Ray, rank processes
+# and servers, so two workers overlap on two cores. TEST_WORKERS=0 runs it in one process.
+TEST_WORKERS ?= 2
 
 .PHONY: install run test clean
 
@@ -19,7 +22,7 @@ run: install
 	$(BIN)/pipedit serve --config configs/demo-cpu.yaml --demo-prompt "$(PROMPT)"
 
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
 
 clean:
 	rm -rf $(VENV) outputs .pytest_cache

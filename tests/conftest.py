@@ -6,6 +6,9 @@ import pytest
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# The compile tests' graphs (in this process, its spawned ranks and the next runs) come from
+# inductor's on-disk FX graph cache after their first build (torch's default; kept on if unset).
+os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
 
 
 @pytest.fixture(scope="session")
@@ -31,10 +34,11 @@ def osp_demo(tmp_path_factory):
 def diffusers_pipeline(demo_checkpoint):
     """The reference implementation, loaded unchanged from the same folder."""
     from diffusers import HunyuanVideoPipeline
+    from reference_cache import cached
 
     pipe = HunyuanVideoPipeline.from_pretrained(demo_checkpoint)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return cached(pipe, demo_checkpoint)  # reference outputs kept on disk: tests/reference_cache.py
 
 
 @pytest.fixture(scope="session")
@@ -48,6 +52,17 @@ def ray_session():
     connect_ray(num_cpus=4)
     yield ray
     ray.shutdown()  # this process's session; the instance too when it is ours
+
+
+@pytest.fixture(scope="session")
+def engines():
+    """Engines shared by the session's tests that only send requests, one per configuration
+    (tests/engine_pool.py says which tests may use them: `engines.get(config)`)."""
+    from engine_pool import EnginePool
+
+    pool = EnginePool()
+    yield pool
+    pool.close()
 
 
 @pytest.fixture(scope="session")
@@ -66,3 +81,19 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
     from lora_files import write_wan_adapters
 
     return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))
+
+
+# Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder), each module's tests
+# run on one worker, so its module-scoped engines and services start once; the cluster folder's
+# tests, which share one Ray cluster of three nodes, run on one worker too. Each worker has its own
+# session Ray. The modules with a `slow` test are handed out first, so that none of them starts
+# last and ends the run alone.
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
+def pytest_collection_modifyitems(config, items):
+    if not hasattr(config, "workerinput"):  # not an xdist worker: collection order unchanged
+        return
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group("tests/cluster" if path.startswith("tests/cluster/") else path))
+    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: same order on every worker

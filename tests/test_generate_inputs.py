@@ -12,6 +12,7 @@ import torch
 
 from pipedit.cli import main
 from pipedit.runtime import engine as engine_module
+from reference_cache import cached
 
 NEGATIVE = "blurry, static, low quality"
 WAN_SIZE = ["--height", "48", "--width", "48", "--num-frames", "5", "--steps", "2", "--seed", "3",
@@ -101,7 +102,7 @@ def test_wan_negative_prompt_reaches_encode_prompt_and_gives_wanpipelines_latent
                  *WAN_SIZE, "--output", str(tmp_path / "v.mp4"), "--save-latents", str(latents)]) == 0
     assert seen == [{"negative_prompt": NEGATIVE, "guided": True}]  # guidance 5 (WAN_SIZE): both branches
 
-    pipe = WanPipeline.from_pretrained(wan_demo)
+    pipe = cached(WanPipeline.from_pretrained(wan_demo), wan_demo)
     pipe.set_progress_bar_config(disable=True)
 
     def reference(**negative):
@@ -136,7 +137,7 @@ def test_generate_image_to_video_gives_wanimagetovideopipelines_latents(wan_i2v_
     assert main(["generate", "--prompt", "a cat", "--model-path", str(wan_i2v_demo), "--image", str(image),
                  *WAN_SIZE, "--output", str(tmp_path / "v.mp4"), "--save-latents", str(latents)]) == 0
 
-    pipe = WanImageToVideoPipeline.from_pretrained(wan_i2v_demo)
+    pipe = cached(WanImageToVideoPipeline.from_pretrained(wan_i2v_demo), wan_i2v_demo)
     pipe.set_progress_bar_config(disable=True)
     reference = pipe(image=Image.open(image).convert("RGB"), prompt="a cat", height=48, width=48, num_frames=5,
                      num_inference_steps=2, guidance_scale=5.0, generator=torch.Generator("cpu").manual_seed(3),

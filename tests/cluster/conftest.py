@@ -16,13 +16,14 @@ FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_thresho
 
 
 @pytest.fixture(scope="package")
-def cluster():
+def cluster(engines):
     import ray
     from ray.cluster_utils import Cluster
 
     from pipedit.runtime.ray_instance import connect_ray
 
     had_ray = ray.is_initialized()  # another folder's ray_session: give it back afterwards
+    engines.close()  # their rank actors live in the Ray that ends here
     ray.shutdown()
     saved_address = os.environ.pop("RAY_ADDRESS", None)
     nodes = Cluster()

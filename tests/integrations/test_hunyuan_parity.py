@@ -12,6 +12,7 @@ from pipedit.config import EngineConfig, ModelConfig
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 from pipedit.video import read_mp4
+from reference_cache import cached
 
 SHAPES = [(128, 128, 17), (96, 160, 9)]
 PROMPT = "a red fox runs through fresh snow"
@@ -41,8 +42,8 @@ def test_cli_latents_equal_diffusers(demo_checkpoint, diffusers_pipeline, tmp_pa
 
 
 @pytest.mark.parametrize("height,width,frames", SHAPES)
-def test_decoded_frames_equal_diffusers(demo_checkpoint, diffusers_pipeline, height, width, frames):
-    engine = Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
+def test_decoded_frames_equal_diffusers(demo_checkpoint, diffusers_pipeline, engines, height, width, frames):
+    engine = engines.get(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
     request = VideoRequest(PROMPT, height=height, width=width, num_frames=frames, steps=2, seed=3)
     ours = engine.generate(request).frames
     reference = torch.from_numpy(_reference(diffusers_pipeline, height, width, frames, 2, 3, "np")[0])
@@ -50,8 +51,8 @@ def test_decoded_frames_equal_diffusers(demo_checkpoint, diffusers_pipeline, hei
     assert (ours - reference).abs().max().item() <= 1e-3
 
 
-def test_same_seed_same_video_other_seed_other_video(demo_checkpoint):
-    engine = Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
+def test_same_seed_same_video_other_seed_other_video(demo_checkpoint, engines):
+    engine = engines.get(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
     first = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=1)).latents
     again = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=1)).latents
     other = engine.generate(VideoRequest(PROMPT, num_frames=5, steps=2, seed=2)).latents
@@ -72,7 +73,7 @@ def test_stored_dtypes_load_as_diffusers_loads_them(demo_checkpoint, tmp_path):
     shutil.copytree(demo_checkpoint, mixed)
     for name, model_class in (("text_encoder", LlamaModel), ("text_encoder_2", CLIPTextModel)):
         model_class.from_pretrained(mixed / name).to(torch.bfloat16).save_pretrained(mixed / name)
-    reference_pipe = HunyuanVideoPipeline.from_pretrained(mixed)
+    reference_pipe = cached(HunyuanVideoPipeline.from_pretrained(mixed), mixed)
     assert reference_pipe.text_encoder.dtype == torch.bfloat16
     reference_pipe.set_progress_bar_config(disable=True)
     reference = reference_pipe(prompt=PROMPT, height=64, width=64, num_frames=5, num_inference_steps=2,
@@ -82,18 +83,18 @@ def test_stored_dtypes_load_as_diffusers_loads_them(demo_checkpoint, tmp_path):
     assert (ours - reference).abs().max().item() <= 1e-4
 
 
-def test_a_shifted_run_equals_diffusers_with_that_shift(demo_checkpoint, diffusers_pipeline):
+def test_a_shifted_run_equals_diffusers_with_that_shift(demo_checkpoint, diffusers_pipeline, engines):
     """flow_shift 2 (the demo's scheduler has 7): diffusers' pipeline with its scheduler rebuilt by
     FlowMatchEulerDiscreteScheduler.from_config(config, shift=2.0)."""
     from diffusers import FlowMatchEulerDiscreteScheduler, HunyuanVideoPipeline
 
     shifted = FlowMatchEulerDiscreteScheduler.from_config(diffusers_pipeline.scheduler.config, shift=2.0)
-    pipe = HunyuanVideoPipeline(**dict(diffusers_pipeline.components, scheduler=shifted))
+    pipe = cached(HunyuanVideoPipeline(**dict(diffusers_pipeline.components, scheduler=shifted)), demo_checkpoint)
     pipe.set_progress_bar_config(disable=True)
     request = VideoRequest(PROMPT, num_frames=5, steps=3, seed=4, flow_shift=2.0)
-    with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint)))) as engine:
-        ours, unshifted = engine.generate(request).latents, engine.generate(VideoRequest(
-            PROMPT, num_frames=5, steps=3, seed=4)).latents
+    engine = engines.get(EngineConfig(model=ModelConfig(path=str(demo_checkpoint))))
+    ours, unshifted = engine.generate(request).latents, engine.generate(VideoRequest(
+        PROMPT, num_frames=5, steps=3, seed=4)).latents
     reference = _reference(pipe, 128, 128, 5, 3, 4, "latent")
     assert (ours - reference).abs().max().item() <= 1e-4
     assert (unshifted - reference).abs().max().item() > 1e-2  # the shift is applied

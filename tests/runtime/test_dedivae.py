@@ -13,6 +13,7 @@ from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
 from pipedit.request import RequestFailure, VideoRequest
 from pipedit.runtime.engine import Engine
 
+pytestmark = pytest.mark.slow  # rank groups on Ray, end to end
 PROMPTS = ["a red fox in snow", "a lighthouse at dusk", "rain on a window", "a paper boat on a river"]
 TOLERANCE = 1e-4
 FRAME_TOLERANCE = 0.5 / 255 + TOLERANCE

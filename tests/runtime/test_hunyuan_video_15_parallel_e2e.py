@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from e2e_helpers import Case, generated_latents
+from reference_cache import cached
 
 GUIDANCE = 4.5
 QUOTED, PLAIN = 'a shop sign that reads "OPEN" at night', "a red kite over the dunes"
@@ -49,7 +50,7 @@ def checkpoint(tmp_path_factory):
 def diffusers_latents(checkpoint):
     from diffusers import HunyuanVideo15Pipeline
 
-    pipe = HunyuanVideo15Pipeline.from_pretrained(checkpoint)
+    pipe = cached(HunyuanVideo15Pipeline.from_pretrained(checkpoint), checkpoint)
     pipe.set_progress_bar_config(disable=True)
 
     def run(prompt):
@@ -147,7 +148,7 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, tmp_path_f
     c = Case(QUOTED, height=height, width=width, frames=9, steps=2, seed=11)
     latents = generated_latents(checkpoint, tmp_path, c, [*flags, "--guidance-scale", str(GUIDANCE),
                                                           "--image", str(tmp_path / "start.png")])
-    pipe = HunyuanVideo15ImageToVideoPipeline.from_pretrained(checkpoint)
+    pipe = cached(HunyuanVideo15ImageToVideoPipeline.from_pretrained(checkpoint), checkpoint)
     pipe.set_progress_bar_config(disable=True)
     reference = pipe(image=image, prompt=c.prompt, num_frames=c.frames, num_inference_steps=c.steps,
                      output_type="latent", generator=torch.Generator("cpu").manual_seed(c.seed)).frames

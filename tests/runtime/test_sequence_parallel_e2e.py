@@ -11,7 +11,9 @@ import pytest
 from e2e_helpers import Case, generated_latents
 from e2e_helpers import single_device_latents as reference_latents
 from pipedit.cli import main
+from reference_cache import cached
 
+pytestmark = pytest.mark.slow  # rank groups on Ray, end to end
 PROMPT = "a lighthouse at dusk"
 CASE = Case(PROMPT, height=80, width=112, frames=17, steps=2, seed=5)
 
@@ -52,7 +54,7 @@ def test_lora_adapter_under_ulysses_equals_diffusers(ray_session, demo_checkpoin
     from lora_files import with_adapters, write_hunyuan_adapter
 
     adapter = write_hunyuan_adapter(demo_checkpoint, tmp_path_factory.mktemp("lora"))
-    pipe = with_adapters(HunyuanVideoPipeline.from_pretrained(demo_checkpoint), [adapter], [0.8])
+    pipe = cached(with_adapters(HunyuanVideoPipeline.from_pretrained(demo_checkpoint), [adapter], [0.8]), demo_checkpoint)
     reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
                      num_inference_steps=CASE.steps, generator=torch.Generator("cpu").manual_seed(CASE.seed),
                      output_type="latent").frames

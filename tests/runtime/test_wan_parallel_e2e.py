@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from e2e_helpers import Case, generated_latents
+from reference_cache import cached
 
 CASE = Case("a red kite over the dunes", height=48, width=80, frames=9, steps=3, seed=11)
 GUIDANCE = 5.0
@@ -88,7 +89,7 @@ def test_image_to_video_parallel_latents_equal_diffusers(ray_session, image_file
     scale_2 = ["--guidance-scale-2", "1"] if preset == "i2v-a14b" else []
     latents = generated_latents(checkpoint, tmp_path, CASE, [*flags, "--guidance-scale", str(GUIDANCE),
                                                              "--image", str(image_file), *scale_2])
-    pipe = WanImageToVideoPipeline.from_pretrained(checkpoint)
+    pipe = cached(WanImageToVideoPipeline.from_pretrained(checkpoint), checkpoint)
     pipe.set_progress_bar_config(disable=True)
     reference = pipe(image=load_image(image_file.read_bytes()), prompt=CASE.prompt, height=CASE.height,
                      width=CASE.width, num_frames=CASE.frames, num_inference_steps=CASE.steps,
@@ -119,7 +120,7 @@ def test_two_lora_adapters_on_parallel_layouts_equal_diffusers(ray_session, chec
 
     from lora_files import with_adapters
 
-    pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, [0.7, 1.3])
+    pipe = cached(with_adapters(WanPipeline.from_pretrained(checkpoint), adapters, [0.7, 1.3]), checkpoint)
     reference = pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
                      num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
                      generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames
@@ -143,7 +144,7 @@ def test_per_request_adapters_switch_in_lockstep_under_ulysses_and_dedivae(ray_s
     from pipedit.runtime.engine import Engine
 
     def reference(chosen, scales):
-        pipe = with_adapters(WanPipeline.from_pretrained(checkpoint), chosen, scales)
+        pipe = cached(with_adapters(WanPipeline.from_pretrained(checkpoint), chosen, scales), checkpoint)
         return pipe(prompt=CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
                     num_inference_steps=CASE.steps, guidance_scale=GUIDANCE, output_type="latent",
                     generator=torch.Generator("cpu").manual_seed(CASE.seed)).frames

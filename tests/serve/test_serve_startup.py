@@ -1,6 +1,7 @@
 """`pipedit serve` starts, or says why not, on any machine: a local Ray sized for the config, a
 placement that cannot fit refused within seconds, --port against a running Serve, Ctrl-C during
-start-up, and a killed rank recovered while /healthz keeps answering (the 3-rank demo config on
+start-up, and a killed rank recovered while /healthz keeps answering without waiting for the
+rebuild (tests/health_probes.py: what its times may show on a busy machine; the 3-rank demo config on
 this 2-core machine: its replica asks for 4 CPU bundles); its Ray listens on loopback only, and
 SIGTERM stops it as Ctrl-C does. Every server a test starts is taken down, its Ray with it, also
 when the test fails."""
@@ -24,6 +25,8 @@ from pipedit.distributed.spawn import free_tcp_port
 from pipedit.errors import UserInputError
 from pipedit.serve.ray_app import launch
 from pipedit.serve.ray_app.placement import NodeCapacity, check_placement
+
+from health_probes import LIMIT_S, ProbeTimes
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
@@ -156,17 +159,16 @@ def test_three_ranks_on_two_cores_start_survive_a_killed_rank_and_stop_on_sigter
         _wait_serving(process)
         url = f"http://127.0.0.1:{port}"
         video_id = _create(url, {"prompt": "a fox", "size": "64x64", "num_frames": 5, "num_inference_steps": 4})
-        degraded, slowest, deadline = False, 0.0, time.monotonic() + 180
+        degraded, probes, deadline = False, ProbeTimes(), time.monotonic() + 180
         while (video := _get(f"{url}/v1/videos/{video_id}"))["status"] not in ("completed", "failed"):
             assert time.monotonic() < deadline, video
-            start = time.perf_counter()
-            health = _get(f"{url}/healthz", timeout=1.0)  # a second at most, rebuild or not
-            slowest = max(slowest, time.perf_counter() - start)
+            health = probes.timed(lambda: _get(f"{url}/healthz", timeout=LIMIT_S))  # rebuild or not
             degraded |= health["status"] == "degraded"
             time.sleep(0.3)
         assert video["status"] == "completed", video
         assert degraded, "the killed rank's group was not rebuilt"
-        assert slowest < 1.0
+        probes.check()
+        print(f"/healthz during the rebuild: {probes.summary()}")
         # On 127.0.0.1 (the default host) its own Ray listens on loopback only, the HTTP port too.
         listening = _listening(process)
         assert listening and listening <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening

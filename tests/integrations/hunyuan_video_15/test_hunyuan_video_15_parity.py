@@ -17,6 +17,7 @@ import torch
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
+from reference_cache import cached
 
 GUIDANCE = 4.5
 PROMPTS = ['a shop sign that reads "OPEN" at night', "a red kite over the dunes"]
@@ -48,7 +49,7 @@ def _relative(ours, reference):
 def test_text_to_video_latents_equal_diffusers(t2v):
     from diffusers import HunyuanVideo15Pipeline
 
-    pipe = HunyuanVideo15Pipeline.from_pretrained(t2v)
+    pipe = cached(HunyuanVideo15Pipeline.from_pretrained(t2v), t2v)
     pipe.set_progress_bar_config(disable=True)
     with Engine(EngineConfig(model=ModelConfig(path=str(t2v)))) as engine:
         for prompt in PROMPTS:
@@ -82,7 +83,7 @@ def test_image_to_video_latents_equal_diffusers(tmp_path_factory):
     path = tmp_path_factory.mktemp("image") / "start.png"
     image.save(path)
     height, width = bucket_size(image.size, 64, 16)
-    pipe = HunyuanVideo15ImageToVideoPipeline.from_pretrained(checkpoint)
+    pipe = cached(HunyuanVideo15ImageToVideoPipeline.from_pretrained(checkpoint), checkpoint)
     pipe.set_progress_bar_config(disable=True)
     reference = pipe(image=image, prompt=PROMPTS[0], num_frames=FRAMES, num_inference_steps=STEPS,
                      output_type="latent", generator=torch.Generator("cpu").manual_seed(SEED)).frames

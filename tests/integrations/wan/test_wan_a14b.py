@@ -21,6 +21,7 @@ from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.images import load_image
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
+from reference_cache import cached
 
 PROMPT = "two  cats boxing &amp;amp; a referee"
 HEIGHT, WIDTH, FRAMES, STEPS = 32, 48, 5, 4  # 4 UniPC steps: timesteps 999, 900, 750, 500
@@ -69,7 +70,7 @@ def test_a14b_latents_equal_diffusers_and_both_experts_run(engine, tiny_a14b):
     low_guidance = engine.generate(_request(guidance_scale_2=2.0))
     ran = [after - first for after, first in zip(experts.uses, before)]
     same_guidance = engine.generate(_request())
-    pipe = WanPipeline.from_pretrained(tiny_a14b)
+    pipe = cached(WanPipeline.from_pretrained(tiny_a14b), tiny_a14b)
     reference_low, reference_same = _run(pipe, 5, 2.0), _run(pipe, 5, None)
     assert ran == [2, 2]  # 999 and 900 >= 875 on transformer, 750 and 500 on transformer_2
     assert _relative(low_guidance.latents, reference_low) <= 1e-4
@@ -89,7 +90,7 @@ def test_wan22_i2v_a14b_latents_equal_diffusers(tmp_path_factory):
     with Engine(EngineConfig(model=ModelConfig(path=str(path)))) as engine:
         ours = engine.generate(_request(guidance_scale_2=3.0, negative_prompt="static", image=buffer.getvalue()))
         assert engine.executor.worker.adapter.expert_set.uses == [2, 2]  # 999, 900 | 750, 500
-    reference = _run(WanImageToVideoPipeline.from_pretrained(path), 5, 3.0, negative_prompt="static",
+    reference = _run(cached(WanImageToVideoPipeline.from_pretrained(path), path), 5, 3.0, negative_prompt="static",
                      image=load_image(buffer.getvalue()))
     assert _relative(ours.latents, reference) <= 1e-4
 

@@ -17,6 +17,7 @@ import torch
 from pipedit.config import EngineConfig, ModelConfig
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
+from reference_cache import cached
 
 PROMPT = "a kite over the dunes at dusk"
 SHAPE = {"height": 48, "width": 80, "num_frames": 9}
@@ -58,7 +59,7 @@ def _diffusers(path, guidance, scheduler=None):
     pipe.set_progress_bar_config(disable=True)
     if scheduler is not None:
         pipe.scheduler = scheduler(pipe.scheduler.config)
-    return pipe(prompt=PROMPT, **SHAPE, num_inference_steps=STEPS, guidance_scale=guidance, output_type="latent",
+    return cached(pipe, path)(prompt=PROMPT, **SHAPE, num_inference_steps=STEPS, guidance_scale=guidance, output_type="latent",
                 generator=torch.Generator("cpu").manual_seed(SEED)).frames
 
 

@@ -24,6 +24,7 @@ from pipedit.errors import ModelPathError
 from pipedit.images import load_image
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
+from reference_cache import cached
 
 PROMPT = "a  paper boat &amp; a duck,\ton a pond "
 HEIGHT, WIDTH, FRAMES, STEPS = 32, 48, 5, 3
@@ -51,7 +52,7 @@ def reference_pipe(tiny_i2v):
 
     pipe = WanImageToVideoPipeline.from_pretrained(tiny_i2v)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return cached(pipe, tiny_i2v)
 
 
 @pytest.fixture(scope="module")
@@ -153,8 +154,8 @@ def test_ti2v_latents_equal_diffusers_with_and_without_an_image(tmp_path_factory
                                                   negative_prompt="blurry", **size))
     generator = torch.Generator("cpu")
     options = dict(prompt=PROMPT, num_inference_steps=STEPS, output_type="latent", **size)
-    reference_text = WanPipeline.from_pretrained(path)(generator=generator.manual_seed(3), **options).frames
-    reference_image = WanImageToVideoPipeline.from_pretrained(path)(
+    reference_text = cached(WanPipeline.from_pretrained(path), path)(generator=generator.manual_seed(3), **options).frames
+    reference_image = cached(WanImageToVideoPipeline.from_pretrained(path), path)(
         image=load_image(image_bytes), negative_prompt="blurry", generator=generator.manual_seed(3), **options).frames
     assert reference_text.shape == (1, 48, 2, 32 // 16, 64 // 16)
     assert _relative(text_only.latents, reference_text) <= 1e-4

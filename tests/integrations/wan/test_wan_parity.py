@@ -22,6 +22,7 @@ from pipedit.errors import InvalidRequestError, ModelPathError, UserInputError
 from pipedit.request import VideoRequest
 from pipedit.runtime.engine import Engine
 from pipedit.video import read_mp4
+from reference_cache import cached
 
 # An HTML entity escaped twice, runs of spaces and a tab: WanPipeline cleans all of them.
 PROMPT = "a  red fox &amp;amp; a   hare,\tin fresh snow "
@@ -42,7 +43,7 @@ def reference_pipe(tiny_wan):
 
     pipe = WanPipeline.from_pretrained(tiny_wan)
     pipe.set_progress_bar_config(disable=True)
-    return pipe
+    return cached(pipe, tiny_wan)
 
 
 @pytest.fixture(scope="module")
