@@ -15,6 +15,14 @@ WORKER_CPUS = 3  # one 2-rank replica (its bundle and two ranks), or one node's 
 FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 
 
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @pytest.fixture(scope="package")
 def cluster(engines):
     import ray
@@ -28,7 +36,10 @@ def cluster(engines):
     saved_address = os.environ.pop("RAY_ADDRESS", None)
     nodes = Cluster()
     try:
-        head = nodes.add_node(num_cpus=HEAD_CPUS, _system_config=FAST_NODE_DEATH)
+        # The head's dashboard (the state API the tests list actors through) on a free port of its
+        # own: under pytest-xdist the other worker's session Ray may hold Ray's default 8265.
+        head = nodes.add_node(num_cpus=HEAD_CPUS, _system_config=FAST_NODE_DEATH, include_dashboard=True,
+                              dashboard_port=_free_port())
         workers = [nodes.add_node(num_cpus=WORKER_CPUS) for _ in range(2)]
         ray.init(address=nodes.address, logging_level="WARNING", log_to_driver=False)
 
