@@ -105,3 +105,21 @@ def test_a_lora_id_names_its_file_in_the_cache(hub_home, tmp_path):
     add_snapshot(hub_home, "org/two-loras", folder, NEW)
     with pytest.raises(UserInputError, match="holds 2 .safetensors files"):
         lora_file("org/two-loras")
+
+
+def test_the_placement_check_says_whether_the_nodes_share_one_cache(monkeypatch, tmp_path):
+    from pipedit.config import ModelConfig
+    from pipedit.hub import cluster_fetch_plan, mount_type
+
+    monkeypatch.setenv("HF_HOME", "/shared/hf")
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    mounts = "/dev/sda1 / ext4 rw 0 0\nfiler:/vol /shared nfs4 rw 0 0\n"
+    assert mount_type("/shared/hf/hub", mounts) == "nfs4" and mount_type("/sharedx", mounts) == "ext4"
+    model = ModelConfig(path="org/tiny-hv@main", run_loras=("org/style/a.safetensors:0.8",))
+    shared = cluster_fetch_plan(model, 2, mounts)
+    assert "org/tiny-hv@main, org/style/a.safetensors" in shared and "one shared cache /shared/hf/hub (nfs4)" in shared
+    monkeypatch.setenv("HF_HOME", "/local/hf")
+    assert "each of the 2 nodes fetches them into its own cache /local/hf/hub (ext4" in cluster_fetch_plan(
+        model, 2, mounts)
+    assert "once into this node's cache" in cluster_fetch_plan(model, 1, mounts)
+    assert cluster_fetch_plan(ModelConfig(path=str(tmp_path)), 2, mounts) is None  # a local folder: nothing fetched

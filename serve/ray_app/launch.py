@@ -16,6 +16,7 @@ import urllib.request
 
 from pipedit.config import EngineConfig
 from pipedit.errors import UserInputError
+from pipedit.hub import cluster_fetch_plan
 
 from . import data_folder, stopping
 from .deployment import engine_ranks, replica_bundles, spreads
@@ -90,8 +91,11 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
 
     from ..jobs.from_config import data_dir_for
 
-    check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
-                    cluster_nodes())
+    nodes = cluster_nodes()
+    check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas, nodes)
+    fetch_plan = cluster_fetch_plan(config.model, len(nodes))
+    if fetch_plan:
+        print(f"pipedit: {fetch_plan}", flush=True)
     mark = data_folder.mark(data_dir_for(config))  # each replica checks it holds this mark
     port = _serve_port(config.serve.port, port_given, running_port)
     print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "

@@ -157,3 +157,55 @@ def lora_file(path: str) -> Path:
         raise UserInputError(f"LoRA {ident} holds {len(found)} .safetensors files ({', '.join(found) or 'none'}): "
                              f"name one as {ident.repo}[@revision]/FILE")
     return folder / found[0]
+
+
+# Filesystems every node of a cluster can mount: a hub cache on one is filled once for all nodes.
+SHARED_FILESYSTEMS = frozenset({"nfs", "nfs4", "cifs", "smb3", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
+                                "fuse.sshfs", "fuse.juicefs", "fuse.gcsfuse", "fuse.s3fs", "fuse.ceph", "9p"})
+
+
+def mount_type(folder: str, mounts: str | None = None) -> str | None:
+    """The filesystem type of the mount holding `folder` (the longest mount point above it in
+    /proc/mounts, or in `mounts`, text in that format); None where it cannot be read."""
+    if mounts is None:
+        try:
+            mounts = Path("/proc/mounts").read_text()
+        except OSError:
+            return None
+    target = os.path.abspath(os.path.expanduser(folder))
+    best, kind = "", None
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = fields[1].replace("\\040", " ")
+        inside = target == point or target.startswith(point.rstrip("/") + "/")
+        if inside and len(point) > len(best):
+            best, kind = point, fields[2]
+    return kind
+
+
+def ids_in(model) -> list[str]:
+    """Every hub id a ModelConfig names: its path, text encoder and LoRA files."""
+    paths = [model.path, model.text_encoder_path, *(s.path for s in model.run_loras),
+             *(spec.path for _name, spec in model.offered_loras)]
+    return [str(ident) for ident in (hub_id(p) for p in paths) if ident is not None]
+
+
+def cluster_fetch_plan(model, nodes: int, mounts: str | None = None) -> str | None:
+    """Where a served cluster's ranks take the hub ids `model` names from: one shared cache, or one
+    per node (the placement check prints it). None when it names no id."""
+    ids = ids_in(model)
+    if not ids:
+        return None
+    cache = cache_folder()
+    kind = mount_type(cache, mounts)
+    named = f"hub ids {', '.join(ids)}"
+    if nodes <= 1:
+        return f"{named}: fetched once into this node's cache {cache}"
+    if kind in SHARED_FILESYSTEMS:
+        return (f"{named}: read from one shared cache {cache} ({kind}), fetched once for the {nodes} nodes "
+                f"(every node must mount it at that path)")
+    return (f"{named}: each of the {nodes} nodes fetches them into its own cache {cache} "
+            f"({kind or 'filesystem unknown'}, not a shared one); point HF_HOME at a folder every node mounts "
+            f"to fetch once")
