@@ -11,53 +11,13 @@ from pipedit.request import VideoRequest
 from pipedit.runtime.compile import WARM_UP_PROMPTS, graph_key
 from pipedit.runtime.layout import WorldLayout
 from pipedit.runtime.request_pipeline import RequestPipeline
+from recording_executor import RecordingExecutor
 
 RELIABILITY = ReliabilityConfig(op_deadline_floor_s=5.0, group_timeout_s=300.0, rebuild_timeout_s=600.0,
                                 first_compile_s=100.0)
 STEP_OP_S, STEP_CALL_S = 5.0, 10.0  # the floor, and the floor's grace on top
 COMPILE_OP_S, COMPILE_CALL_S = 105.0, 210.0  # + first_compile_s (op: below 0.8 x group timeout)
 
-
-class RecordingExecutor:
-    """One denoise rank and one decode rank that answer at once; every call and its bound kept."""
-
-    def __init__(self):
-        self.calls: list[tuple[str, tuple, float | None]] = []
-        self.steps = 0
-
-    def _record(self, method, args, timeout):
-        self.calls.append((method, args, timeout))
-        if method == "begin":
-            self.steps = 0
-            return 2
-        if method == "step":
-            self.steps += 1
-            return self.steps
-        return {} if method in ("encode_prompt", "job_report") else None
-
-    def call(self, method, *args, timeout=None):
-        return [self._record(method, args, timeout)]
-
-    def call_rank(self, rank, method, *args, timeout=None):
-        return self._record(method, args, timeout)
-
-    def call_all(self, method, *args, timeout=None):
-        return [self._record(method, args, timeout)]
-
-    def submit(self, method, *args):
-        return [self._record(method, args, None)]
-
-    def submit_rank(self, rank, method, *args):
-        return self._record(method, args, None)
-
-    def ready(self, refs, timeout=0.0):
-        return refs
-
-    def get(self, refs, timeout=None):
-        return refs
-
-    def wait_one(self, refs, timeout=None):
-        return refs[0]
 
 
 def _pipeline(executor):

@@ -12,6 +12,7 @@ import torch
 
 from pipedit.cli import main
 from pipedit.mapped_weights import checkpoint_bytes
+from recording_executor import RecordingExecutor
 
 
 @pytest.fixture(scope="module")
@@ -82,33 +83,6 @@ def test_loading_reads_the_idle_experts_files_ahead(tiny_a14b, monkeypatch):
     assert all(call[1:] == (0, 0, os.POSIX_FADV_WILLNEED) for call in advised)
 
 
-class _Executor:
-    """One denoise rank whose first swap reads `swap_bytes`; every call and its bound kept."""
-
-    def __init__(self, swap_bytes):
-        self.swap_bytes, self.calls, self.steps = swap_bytes, [], 0
-
-    def _record(self, method, args, timeout):
-        self.calls.append((method, args, timeout))
-        if method == "begin":
-            self.steps = 0
-            return 2
-        if method == "step":
-            self.steps += 1
-            return self.steps
-        if method == "first_swap_bytes":
-            return self.swap_bytes
-        return {} if method in ("encode_prompt", "job_report") else None
-
-    def call(self, method, *args, timeout=None):
-        return [self._record(method, args, timeout)]
-
-    def call_rank(self, rank, method, *args, timeout=None):
-        return self._record(method, args, timeout)
-
-    call_all = call
-
-
 def test_the_first_requests_steps_get_the_first_swaps_deadline():
     from pipedit.config import ReliabilityConfig
     from pipedit.request import VideoRequest
@@ -118,7 +92,7 @@ def test_the_first_requests_steps_get_the_first_swaps_deadline():
 
     reliability = ReliabilityConfig(op_deadline_floor_s=5.0, group_timeout_s=300.0)
     swap_bytes = int(20 * FIRST_SWAP_READ_BYTES_PER_S)  # 20 s to read at the stated rate
-    executor = _Executor(swap_bytes)
+    executor = RecordingExecutor(swap_bytes)
     pipeline = RequestPipeline(executor, WorldLayout(decode=0), aco="off", reliability=reliability)
     request = VideoRequest("a fox", height=64, width=64, num_frames=5, steps=2)
     assert len(list(pipeline.run([request, request]))) == 2
@@ -135,7 +109,7 @@ def test_nothing_offloaded_keeps_the_step_deadline():
     from pipedit.runtime.layout import WorldLayout
     from pipedit.runtime.request_pipeline import RequestPipeline
 
-    executor = _Executor(0)
+    executor = RecordingExecutor(0)
     pipeline = RequestPipeline(executor, WorldLayout(decode=0), aco="off",
                                reliability=ReliabilityConfig(op_deadline_floor_s=5.0))
     list(pipeline.run([VideoRequest("a fox", height=64, width=64, num_frames=5, steps=2)]))
