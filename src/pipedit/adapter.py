@@ -28,6 +28,7 @@ class VideoShape:
     height: int
     width: int
     num_frames: int
+    fps: int = 24  # the video's frame rate: a model with sound times its sound by it
 
 
 def check_video_shape(shape: VideoShape, steps: int, *, size_multiple: int, frame_stride: int, model: str) -> None:

@@ -21,6 +21,9 @@ _BESIDES_FIELDS = [
     # Classifier-free guidance as separate conditional and unconditional passes (the adapter's
     # cfg_branches and predict_branches, pipedit.guidance.GuidedPrediction): what CFG parallel runs.
     ("cfg_parallel", bool, field(default=False)),
+    # The model makes sound with the picture (LTX-2): its outputs carry an audio track, and its
+    # prompt's condition depends on the video's shape and fps (the sound's length follows them).
+    ("sound", bool, field(default=False)),
 ]
 
 Capabilities = record_class(

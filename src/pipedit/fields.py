@@ -76,7 +76,7 @@ class GenerationField:
     # request's on `generate`. Off: the interface has its own form (--prompt, --image FILE).
     cli: bool = True
     in_config: bool = True  # a `generation` default in the config; else only per request
-    in_request: bool = True  # VideoRequest carries it (fps only shapes the mp4, written afterwards)
+    in_request: bool = True  # VideoRequest carries it
     form: bool = True  # a user choice on the page
     label: str = ""  # the page's label
     canonical: Callable[[Any], Any] | None = None  # the stored form of a valid value (cache: "fbcache:0.1")
@@ -86,7 +86,8 @@ class GenerationField:
     item: Any = None  # a list's entries, as the API's schema declares them
     api_form: Callable[[Any], Any] | None = None  # a canonical value as the API's JSON carries it
     # A value the scheduler reads: an attribute of pipedit.sampling.SamplingParams, which an
-    # adapter's make_scheduler(sampling) gets.
+    # adapter's make_scheduler(sampling) gets (the video's size too: a shift that follows the
+    # resolution, as LTX-2's dynamic shift, reads it).
     sampling: bool = False
     # A rule between this field and the request's others: rule(values, capabilities) -> the refusal,
     # or None when they go together. `values`: field name -> value; checked only when this field
@@ -195,11 +196,12 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
     GenerationField("prompt", str, None, "What the video shows.", in_config=False, cli=False, nonempty=True,
                     hint=": describe the video to generate", label="Prompt"),
     GenerationField("height", int, 128, "Video height in pixels (the API's size is WIDTHxHEIGHT).", low=1,
-                    limit="max_side", api_name="size", label="Height"),
+                    limit="max_side", api_name="size", label="Height", sampling=True),
     GenerationField("width", int, 128, "Video width in pixels (the API's size is WIDTHxHEIGHT).", low=1,
-                    limit="max_side", api_name="size", label="Width"),
+                    limit="max_side", api_name="size", label="Width", sampling=True),
     GenerationField("num_frames", int, 17, "Frame count (4k+1 for the causal video VAEs).", low=1,
-                    limit="max_frames", hint=", and 4*k+1 (1, 5, 9, ...) for a causal video VAE", label="Frames"),
+                    limit="max_frames", hint=", and 4*k+1 (1, 5, 9, ...) for a causal video VAE", label="Frames",
+                    sampling=True),
     GenerationField("steps", int, 10, _STEPS, low=1, limit="max_steps", api_name="num_inference_steps",
                     label="Steps", sampling=True),
     GenerationField("guidance_scale", float, 6.0, "Classifier-free / embedded guidance scale.", low=0,
@@ -216,7 +218,8 @@ FIELDS: dict[str, GenerationField] = {f.name: f for f in (
                     nullable=True,
                     capability="flow_shift", label="Scheduler shift", refusal=FLOW_SHIFT_REFUSAL, sampling=True),
     GenerationField("seed", int, 0, "Seed of the initial noise.", low=0, high=2**63 - 1, label="Seed"),
-    GenerationField("fps", int, 24, "Frames per second of the mp4.", low=1, limit="max_fps", in_request=False,
+    GenerationField("fps", int, 24, "Frames per second of the mp4 (a model with sound: also the sound's length "
+                    "and the frame rate its positions are conditioned on).", low=1, limit="max_fps",
                     label="Frames per second"),
     GenerationField("cache", str, "none", "Step caching: none, fbcache:T (First-Block Cache) or teacache:T "
                     "(HunyuanVideo); T = 0 never skips (see docs/caching.md). Left out: generation.cache.",

@@ -29,9 +29,10 @@ def guided_branches(branches: list, guidance_scale: float) -> list:
 
 def branch_passes(adapter, cond: dict, guidance_scale: float) -> int:
     """Forward passes a step of this scale runs over the request's branches: 2 with guidance, 1
-    without, and 1 for a model without CFG branches (one pass, e.g. embedded guidance)."""
+    without (LTX-2: up to 4, its adapter's branches_for), and 1 for a model without CFG branches
+    (one pass, e.g. embedded guidance)."""
     branches = adapter.cfg_branches(cond)
-    return 1 if branches is None else len(guided_branches(branches, guidance_scale))
+    return 1 if branches is None else len(adapter.branches_for(cond, guidance_scale))
 
 
 def combine_guidance(preds: list[torch.Tensor], guidance_scale: float) -> torch.Tensor:
@@ -48,7 +49,8 @@ class GuidedPrediction:
     positive] conditions; [positive] when encoded without guidance) and `predict_branches(latents,
     timestep, branches)` (one prediction per branch): the branches a step runs, their combination,
     and predict_noise on one rank. Listed before pipedit.model_hooks.AdapterHooks among an
-    adapter's bases, it overrides those defaults."""
+    adapter's bases, it overrides those defaults. A model whose guidance runs more passes (LTX-2:
+    STG and modality isolation besides CFG) overrides branches_for and combine_predictions."""
 
     combine_guidance = staticmethod(combine_guidance)
 
@@ -56,7 +58,14 @@ class GuidedPrediction:
         """Both branches when guidance applies (guidance_scale > 1), else the positive one only."""
         return guided_branches(self.cfg_branches(cond), guidance_scale)
 
+    def combine_predictions(self, preds: list[torch.Tensor], latents: torch.Tensor, timestep: torch.Tensor,
+                            branches: list, guidance_scale: float) -> torch.Tensor:
+        """The step's guided prediction from the predictions of `branches` (branches_for's, in its
+        order) at these latents and timestep; default: combine_guidance (CFG on the predictions)."""
+        return self.combine_guidance(preds, guidance_scale)
+
     def predict_noise(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict,
                       guidance_scale: float) -> torch.Tensor:
-        preds = self.predict_branches(latents, timestep, self.branches_for(cond, guidance_scale))
-        return combine_guidance(preds, guidance_scale)
+        branches = self.branches_for(cond, guidance_scale)
+        preds = self.predict_branches(latents, timestep, branches)
+        return self.combine_predictions(preds, latents, timestep, branches, guidance_scale)

@@ -26,7 +26,7 @@ def _field_values(self) -> dict:
 
 
 def _shape(self) -> VideoShape:
-    return VideoShape(self.height, self.width, self.num_frames)
+    return VideoShape(self.height, self.width, self.num_frames, self.fps)
 
 
 def _generator(self) -> torch.Generator:

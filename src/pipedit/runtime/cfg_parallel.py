@@ -1,10 +1,13 @@
 """CFG parallel: classifier-free guidance's branches on separate SP groups.
 
-Each group runs the model's forward (with its own sequence parallelism) for one branch of the
-adapter's CFG seam (`cfg_branches`, `predict_branches`, `combine_guidance`); the ranks with the
-same sp rank all-gather their branch predictions every step and combine them with the same
-code in the same order, so every denoise rank holds bit-identical noise predictions and
-latents. A model without CFG branches is refused when the world is set up.
+Each group runs the model's forward (with its own sequence parallelism) for its share of the
+step's branches (the adapter's CFG seam: `branches_for`, `predict_branches`, `combine_predictions`):
+branch i goes to group i mod the group count, so CFG's [negative, positive] put one pass on each
+of 2 groups, and a model with more passes (LTX-2: negative, positive, STG, modality isolation)
+gives each group every other one (4 passes: 2 per group; 3: 2 and 1, the lighter group's slot
+padded with zeros). The ranks with the same sp rank all-gather their predictions every step and
+combine them with the same code in branch order, so every denoise rank holds bit-identical noise
+predictions and latents. A model without CFG branches is refused when the world is set up.
 
 A step without guidance (guidance_scale <= 1, pipedit.guidance.guidance_applies: the request's,
 or Wan2.2's low-noise expert's guidance_scale_2 of 1) has one branch, the conditional one. Every
@@ -48,13 +51,17 @@ class CfgParallelPredictor:
 
     def __call__(self, latents: torch.Tensor, timestep: torch.Tensor, cond: dict[str, torch.Tensor],
                  guidance_scale: float) -> torch.Tensor:
-        branches = self.adapter.cfg_branches(cond)
-        if branches is None or not guidance_applies(guidance_scale):
+        if self.adapter.cfg_branches(cond) is None or not guidance_applies(guidance_scale):
             # One pass, no exchange: every group computes what one rank computes (see above).
             return self.adapter.predict_noise(latents, timestep, cond, guidance_scale)
-        if len(branches) != self.ctx.cfg_degree:
-            raise RuntimeError(f"the model gave {len(branches)} CFG branches for {self.ctx.cfg_degree} CFG groups")
-        mine = self.adapter.predict_branches(latents, timestep, [branches[self.ctx.cfg_rank]])[0]
-        # Every group receives the predictions in branch order, so the combination is identical.
-        preds = all_gather_async(mine.contiguous(), self.ctx.cfg_group, self.ctx.state).wait()
-        return self.adapter.combine_guidance(preds, guidance_scale)
+        branches = self.adapter.branches_for(cond, guidance_scale)
+        degree, group = self.ctx.cfg_degree, self.ctx.cfg_rank
+        if len(branches) < degree:
+            raise RuntimeError(f"the model gave {len(branches)} guidance branches for {degree} CFG groups")
+        mine = self.adapter.predict_branches(latents, timestep, branches[group::degree])
+        slots = -(-len(branches) // degree)
+        mine += [torch.zeros_like(mine[0])] * (slots - len(mine))
+        # Every group receives the predictions in the same order, so the combination is identical.
+        gathered = all_gather_async(torch.stack(mine).contiguous(), self.ctx.cfg_group, self.ctx.state).wait()
+        preds = [gathered[i % degree][i // degree] for i in range(len(branches))]
+        return self.adapter.combine_predictions(preds, latents, timestep, branches, guidance_scale)
