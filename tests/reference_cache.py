@@ -2,8 +2,8 @@
 
 A reference run (diffusers' pipeline on a tiny checkpoint) is the slow half of every parity test
 and gives the same output for the same inputs. `cached(pipe, checkpoint)` wraps a loaded
-pipeline: called as the pipeline is (`pipe(prompt=..., ...).frames`), it returns the frames
-stored under a key of everything the output depends on, else runs the pipeline and stores them:
+pipeline: called as the pipeline is (`pipe(prompt=..., ...).frames`), it returns the frames (and
+the sound, `.audio`, of a model with sound) stored under a key of everything the output depends on, else runs the pipeline and stores them:
 
 - the checkpoint folder's bytes (tokenizers and configs included),
 - every weight the pipeline holds as loaded (dtype changes and LoRA weights included) and the
@@ -31,6 +31,7 @@ import torch
 from pipedit.local_cache import default_cache_dir
 
 PACKAGES = ("diffusers", "transformers", "peft", "torch")
+FORMAT = "outputs-dict"  # what a file holds: part of the key, so files of another form are never read
 
 
 class Uncacheable(Exception):
@@ -96,7 +97,7 @@ def describe(value, digest) -> None:
 
 
 def _key(pipe, checkpoint: Path | None, kwargs: dict) -> str:
-    digest = hashlib.sha256(";".join(f"{name}={version(name)}" for name in PACKAGES).encode())
+    digest = hashlib.sha256(";".join([FORMAT, *(f"{name}={version(name)}" for name in PACKAGES)]).encode())
     digest.update(f"threads={torch.get_num_threads()}".encode())  # float sums' order follows it
     digest.update(folder_digest(checkpoint).encode() if checkpoint else b"-")
     digest.update(pipeline_digest(pipe).encode())
@@ -111,13 +112,16 @@ def _cached_call(self, **kwargs):
         return super(type(self), self).__call__(**kwargs)
     path = default_cache_dir() / "test-references" / f"{key}.pt"
     if path.is_file():
-        return SimpleNamespace(frames=torch.load(path, weights_only=False))
-    frames = super(type(self), self).__call__(**kwargs).frames
+        return SimpleNamespace(**torch.load(path, weights_only=False))
+    output = super(type(self), self).__call__(**kwargs)
+    kept = {"frames": output.frames}
+    if getattr(output, "audio", None) is not None:  # a model with sound (LTX-2)
+        kept["audio"] = output.audio
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(f"{path.name}.{os.getpid()}.partial")  # another process may write it too
-    torch.save(frames, partial)
+    torch.save(kept, partial)
     os.replace(partial, path)
-    return SimpleNamespace(frames=frames)
+    return SimpleNamespace(**kept)
 
 
 def cached(pipe, checkpoint: Path | None = None):

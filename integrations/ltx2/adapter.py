@@ -14,6 +14,7 @@ Parallel paths: sequence parallelism over the video tokens with the sound whole 
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 
 import torch
@@ -88,7 +89,8 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     # -- shapes ----------------------------------------------------------------------------
     @property
     def size_multiple(self) -> int:
-        return self.spatial_ratio * int(self.dit_config.get("patch_size", 1))
+        # LTX2Pipeline takes sizes divisible by 32 (the released VAE's stride) whatever the VAE.
+        return math.lcm(32, self.spatial_ratio * int(self.dit_config.get("patch_size", 1)))
 
     def validate(self, shape: VideoShape, steps: int) -> None:
         # LTX2Pipeline rounds sizes down silently; pipedit refuses them instead.
