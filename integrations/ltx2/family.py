@@ -16,7 +16,6 @@ FAMILY = Family(
                     names_itself=True),
     demo=Demo(ensure=f"{_HERE}.demo_checkpoint:ensure_demo_checkpoint",
               write=f"{_HERE}.demo_checkpoint:write_preset",
-              presets=f"{_HERE}.presets:described",
               about="a tiny LTX-2 (video with sound) in the diffusers layout (the --preset names which)"),
     dry_run=DryRun(released=f"{_HERE}.released:write_release",
                    fakes=((f"{_HERE}.adapter:load_component", f"{_HERE}.dryrun:fake_ltx2_component"),
