@@ -113,3 +113,18 @@ def test_the_released_configs_read_back_as_the_planned_model(tmp_path, name):
     read = from_checkpoint(write_release(name, tmp_path / name), "ltx-2")
     planned = full_size(name)
     assert replace(read, name=planned.name) == planned  # no weights: the counts of the same configs
+
+
+def test_the_docs_show_the_planners_figures_for_the_shipped_config():
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    model, rows = full_size("ltx-2"), (docs / "models.md").read_text()
+    small, large = DEFAULT, Shape(704, 1280, 121)
+    denoise = [denoise_rank_bytes(model, shape, 1, 7, False, False, False) / GIB for shape in (small, large)]
+    decode = [decode_rank_bytes(model, shape, True, False, True) / GIB for shape in (small, large)]
+    assert f"| denoise (DiT, Ring 7) | {denoise[0]:.1f} GiB | (to be measured) | {denoise[1]:.1f} GiB |" in rows
+    assert f"| decode + Gemma 3 12B + connectors | {decode[0]:.1f} GiB | (to be measured) | {decode[1]:.1f} GiB |" in rows
+    table = (docs / "gpu-nodes.md").read_text()
+    assert f"| 768x512x121 | denoise 0-6 | (to be measured) | {denoise[0]:.1f} |" in table
+    assert f"| 1280x704x121 | denoise 0-6 | (to be measured) | {denoise[1]:.1f} |" in table
