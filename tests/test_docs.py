@@ -338,3 +338,13 @@ def test_github_slugs():
     assert (github_slug("`pipedit check-node`: validate the parallel paths")
             == "pipedit-check-node-validate-the-parallel-paths")
     assert github_slug("bench latency: the paper's protocol") == "bench-latency-the-papers-protocol"
+
+
+def test_getting_the_weights_lists_every_familys_released_sizes():
+    """docs/models.md's disk table holds each family entry's hub.sizes: the repo and its GB."""
+    from pipedit import families
+
+    text = (ROOT / "docs" / "models.md").read_text()
+    for entry in families.families():
+        for repo, gigabytes in entry.hub.sizes if entry.hub else ():
+            assert re.search(rf"`{re.escape(repo)}`[^|\n]*\| {gigabytes:g} \|", text), (entry.name, repo)

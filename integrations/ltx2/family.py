@@ -23,9 +23,15 @@ FAMILY = Family(
                           (f"{_HERE}.adapter:encode_text", f"{_HERE}.dryrun:fake_gemma_encode"))),
     lora="diffusers.loaders.lora_pipeline:LTX2LoraLoaderMixin",
     lora_names=f"{_HERE}.lora_names:RENAMES",
-    hub=Hub(files=component_files("transformer", "text_encoder", "connectors", "vae", "audio_vae", "vocoder",
-                                  whole=("scheduler", "tokenizer")),
-            sizes=()),
+    # Gemma's own shards only (model-*.safetensors): Lightricks/LTX-2's text_encoder/ also holds a
+    # stale diffusion_pytorch_model-*-of-00012 set (Gemma and an old copy of the connectors, 51.6 GB).
+    # Sizes: the released files (DiT, connectors and VAEs in bfloat16, Gemma 3 12B in float32:
+    # 37.8 + 2.9 + 2.4 + 0.2 + 48.7 GB and the tokenizer), rounded up; the distilled repo's files
+    # are the same sizes.
+    hub=Hub(files=component_files("transformer", "connectors", "vae", "audio_vae", "vocoder",
+                                  whole=("scheduler", "tokenizer"))
+            + ("text_encoder/*.json", "text_encoder/model*.safetensors"),
+            sizes=(("Lightricks/LTX-2", 93), ("rootonchair/LTX-2-19b-distilled", 93))),
     order=5,
     takes=(("image", 3, "ltx-2 (LTX2ImageToVideoPipeline checkpoints, or any LTX-2 checkpoint with an image)"),
            ("flow_shift", 3, "ltx-2"),

@@ -45,7 +45,7 @@ def _check_files(folder: Path, name: str) -> None:
         raise ModelPathError(f"{folder} has none of {', '.join(_CONFIG_FILES[kind])}")
 
 
-def _library_module(library: str):
+def library_module(library: str):
     """The module model_index.json names: a library (diffusers, transformers), or, as diffusers
     reads it, one of diffusers' pipeline packages holding its own models (LTX-2's "ltx2":
     its connectors and vocoder)."""
@@ -64,7 +64,7 @@ def load_component(root: str | Path, index: dict[str, Any], name: str, *,
     library, class_name = entry
     folder = Path(root) / name
     _check_files(folder, name)
-    component_class = getattr(_library_module(library), class_name, None)
+    component_class = getattr(library_module(library), class_name, None)
     if component_class is None:
         raise ModelPathError(f"{library} has no class {class_name} (named for '{name}' in model_index.json)")
     if component_kind(name) != "model":

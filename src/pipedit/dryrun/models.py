@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from ..components import component_kind
+from ..components import component_kind, library_module
 from .fakeworld import materialize
 
 
@@ -60,7 +60,7 @@ def build_fake(module_class, config, dtype: torch.dtype | None) -> torch.nn.Modu
 def fake_component(root, index, name, *, dtype=None, device=None):
     library, class_name = index[name]
     folder = Path(root) / name
-    component_class = getattr(importlib.import_module(library), class_name)
+    component_class = getattr(library_module(library), class_name)
     kind = component_kind(name)
     if kind == "tokenizer":
         return StubTokenizer()

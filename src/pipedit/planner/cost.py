@@ -38,6 +38,7 @@ class StepWork:
     a2a_bytes_per_layer: float  # Q, K, V (pre) + O (post) of the video tokens, whole sequence
     attn_layers: int  # attention calls per step that need an all-to-all
     kernels_per_layer: int = 30  # assumed kernel launches per block (eager PyTorch, fused attention)
+    replicated_flops: float = 0.0  # every rank runs it whole (a side stream's own tokens: SideStream)
 
 
 @dataclass(frozen=True)
@@ -68,15 +69,35 @@ def block_work(model: ModelSpec, s: int) -> BlockWork:
                      ELEMENTWISE_PASSES * (s + t) * h * ACT_BYTES)
 
 
+def side_stream_work(model: ModelSpec, s: int, frames: int) -> tuple[float, float, float]:
+    """One block's FLOPs of the model's side stream (SideStream) at `s` video tokens, one batch
+    element: (linear FLOPs on the video tokens, attention FLOPs between the streams: both divided with
+    the video tokens; the side stream's own FLOPs: replicated). MACs: the video side's query and output
+    projections of its attention to the side tokens and key and value projections of the side's
+    attention to it, 4 s h w; the side tokens' own q, k, v, o, text cross-attention q, o, MLP and
+    exchange projections, n a (6 + 2 r) a + 4 n a w, and their text keys and values, 2 t a^2."""
+    side = model.side_stream
+    if side is None:
+        return 0.0, 0.0, 0.0
+    n, a, w, t, h = side.tokens(frames), side.hidden, side.exchange_width, model.text_tokens, model.hidden
+    video_linear = 2 * 4 * s * h * w
+    exchange_attention = 2 * 4 * s * n * w  # video queries over side keys, side queries over video keys
+    own_linear = 2 * (n * a * a * (6 + 2 * side.mlp_ratio) + 4 * n * a * w + 2 * t * a * a)
+    own_attention = 4 * n * n * a + 4 * n * t * a
+    return video_linear, exchange_attention, own_linear + own_attention
+
+
 def step_work(model: ModelSpec, shape: Shape) -> StepWork:
     s = model.video_tokens(shape.height, shape.width, shape.frames)
     b, block = model.cfg_batch, block_work(model, s)
+    side_linear, side_attention, replicated = side_stream_work(model, s, shape.frames)
     self_attention = block.self_attention_flops * self_attention_layers(model)
-    attention = b * (self_attention + block.cross_attention_flops * model.layers)
+    attention = b * (self_attention + (block.cross_attention_flops + side_attention) * model.layers)
     # self: q, k, v, o of the video tokens (cross-attention runs locally: text replicated)
     a2a_per_layer = b * s * model.hidden * ACT_BYTES * 4
-    return StepWork(b * model.layers * block.linear_flops, attention, b * model.layers * block.elementwise_bytes,
-                    a2a_per_layer, model.layers)
+    return StepWork(b * model.layers * (block.linear_flops + side_linear), attention,
+                    b * model.layers * block.elementwise_bytes, a2a_per_layer, model.layers,
+                    replicated_flops=b * model.layers * replicated)
 
 
 def self_attention_layers(model: ModelSpec) -> float:
@@ -122,12 +143,13 @@ def step_seconds(model: ModelSpec, shape: Shape, node: Node, layout: Layout) -> 
     head_share = _local_heads(model.heads, layout.ulysses) / model.heads
     attention = spread * w.attention_flops * head_share / layout.ring / (g.peak_flops * g.eff_attention)
     launches = w.attn_layers * w.kernels_per_layer * g.launch_s
+    replicated = w.replicated_flops / (g.peak_flops * g.eff_matmul)
     comm = 0.0
     if layout.helpers:
         attention, comm = _aco(model, shape, node, layout, w, attention)
     comm += _ring_exposed(model, shape, node, layout, w, attention)
     comm += _ulysses_seconds(node, layout, w, attention, model)
-    return linear + elementwise + attention + launches + comm
+    return linear + elementwise + attention + launches + replicated + comm
 
 
 def _ulysses_seconds(node: Node, layout: Layout, w: StepWork, attention: float, model: ModelSpec) -> float:
@@ -201,4 +223,4 @@ def handoff_seconds(model: ModelSpec, shape: Shape, node: Node) -> float:
 def physical_limit_seconds(model: ModelSpec, shape: Shape, node: Node, steps: int) -> float:
     """DiT FLOPs of one request at every GPU's dense peak: no schedule beats it per request."""
     w = step_work(model, shape)
-    return steps * (w.linear_flops + w.attention_flops) / (node.gpus * node.gpu.peak_flops)
+    return steps * (w.linear_flops + w.attention_flops + w.replicated_flops) / (node.gpus * node.gpu.peak_flops)

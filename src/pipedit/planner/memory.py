@@ -36,6 +36,8 @@ def dit_activation_bytes(model: ModelSpec, shape: Shape, ulysses: int, ring: int
     seq_gathered = tokens_local * ulysses
     block = tokens_local * model.hidden * (3 + model.mlp_ratio)  # residual, normed input, MLP hidden
     attention = seq_gathered * width_local * 5  # q, k, v gathered, output, all-to-all buffer
+    side = model.side_stream  # whole on every rank: its residual, normed input and MLP hidden
+    block += side.tokens(shape.frames) * side.hidden * (3 + side.mlp_ratio) if side else 0
     return model.cfg_batch * (block + attention) * ACT_BYTES
 
 

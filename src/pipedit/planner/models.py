@@ -24,6 +24,23 @@ class TextEncoder:
 
 
 @dataclass(frozen=True)
+class SideStream:
+    """A second token stream every block runs beside the video tokens (LTX-2's audio), kept whole on
+    every rank: its tokens are few (LTX-2: 25 a second against thousands of video tokens), so its own
+    work is replicated, not divided. Per block: its self-attention, cross-attention to the text and
+    MLP at width `hidden`, and one attention each way with the video tokens at width `exchange_width`
+    (video queries over its keys and values; its queries over the video's)."""
+
+    hidden: int
+    mlp_ratio: float
+    tokens_per_frame: float  # its tokens per output video frame (LTX-2: 25 a second at 24 fps)
+    exchange_width: int
+
+    def tokens(self, frames: int) -> int:
+        return round(frames * self.tokens_per_frame)
+
+
+@dataclass(frozen=True)
 class ModelSpec:
     name: str
     family: str  # its pipedit.families name
@@ -52,6 +69,7 @@ class ModelSpec:
     # Bytes of one expert's checkpoint files in their own dtype (0: unknown, taken as dit_params x
     # dit_bytes_per_param); float32 files hold twice a bf16 expert (pipedit.planner.memory).
     expert_file_bytes: float = 0.0
+    side_stream: SideStream | None = None  # a second token stream beside the video's (pipedit.planner.cost)
 
     @property
     def layers(self) -> int:
