@@ -21,6 +21,9 @@ _BESIDES_FIELDS = [
     # Classifier-free guidance as separate conditional and unconditional passes (the adapter's
     # cfg_branches and predict_branches, pipedit.guidance.GuidedPrediction): what CFG parallel runs.
     ("cfg_parallel", bool, field(default=False)),
+    # The model makes sound (its adapter's decode_sound returns a pipedit.sound.Soundtrack): every
+    # output carries an AAC track, and a second free decode rank decodes it beside the video.
+    ("has_sound", bool, field(default=False)),
 ]
 
 Capabilities = record_class(
