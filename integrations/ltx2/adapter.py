@@ -27,6 +27,7 @@ from pipedit.components import load_component, read_component_config
 from pipedit.errors import InvalidRequestError, UserInputError
 from pipedit.guidance import GuidedPrediction
 from pipedit.model_hooks import AdapterHooks
+from pipedit.sound import Soundtrack
 
 from .checkpoint import SOUND_PARTS, TEXT_PARTS, LTX2Layout
 from .guidance import Guidance, combine_stream
@@ -58,7 +59,7 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
     preferred_text_encoder = "vae"
     # Every checkpoint takes an image (LTX2Pipeline's weights serve image-to-video too); flow_shift
     # is set per checkpoint (its scheduler's shift).
-    capabilities = Capabilities(negative_prompt=True, image=True, cfg_parallel=True, flow_shift=True, sound=True)
+    capabilities = Capabilities(negative_prompt=True, image=True, cfg_parallel=True, flow_shift=True, has_sound=True)
 
     def __init__(self, components: dict, configs: dict, device, dtype: torch.dtype | None, layout: LTX2Layout):
         self.components = components
@@ -256,11 +257,6 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         return enable_sequence_parallel(self.transformer, ctx, strategy)
 
     # -- decoding --------------------------------------------------------------------------
-    def _request_grid(self, latents: torch.Tensor, shape: VideoShape | None) -> JointGrid:
-        if shape is None:
-            raise RuntimeError("decoding ltx-2's latents needs the request's shape (the sound's length)")
-        return self.grid(shape)
-
     @torch.no_grad()
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """The video half -> frames [B, F, H, W, 3] in [0, 1], as LTX2Pipeline decodes it (decode
@@ -275,13 +271,11 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         return frames_from_vae(self.vae.decode(video, timestep, return_dict=False)[0])
 
     @torch.no_grad()
-    def decode_sound(self, latents: torch.Tensor, shape: VideoShape | None = None):
-        """The sound half -> waveform [channels, samples] float32 and the vocoder's sample rate."""
-        from pipedit.sound import Soundtrack
-
-        audio = self.denormalized_audio(latents, self._request_grid(latents, shape))
+    def decode_sound(self, latents: torch.Tensor, shape: VideoShape):
+        """The sound half -> its waveform [channels, samples] at the vocoder's sample rate."""
+        audio = self.denormalized_audio(latents, self.grid(shape))
         mel = self.audio_vae.decode(audio.to(self.audio_vae.dtype), return_dict=False)[0]
-        wave = self.vocoder(mel)[0].float().cpu()
+        wave = self.vocoder(mel)[0].float().clamp(-1, 1).cpu()  # the track holds [-1, 1]
         return Soundtrack(wave, int(self.vocoder.config.output_sampling_rate))
 
     def denormalized_audio(self, latents: torch.Tensor, grid: JointGrid) -> torch.Tensor:

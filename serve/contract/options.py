@@ -43,6 +43,8 @@ def create_options(model_name: str, model, defaults: GenerationDefaults, limits:
         **{f"takes_{name}": getattr(capabilities, name)
            for name in dict.fromkeys(spec.capability for spec in capability_fields())},
         "needs_image": capabilities.needs_image,
+        # The model makes sound: its videos carry an AAC track (the page plays it, with a mute button).
+        "has_sound": capabilities.has_sound,
         # The adapters a request may name in `loras`, each with the scale it runs at when left out.
         "loras": [{"name": name, "scale": spec.scale} for name, spec in loras.named],
         "max_loras": loras.most,

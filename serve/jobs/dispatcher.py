@@ -347,7 +347,8 @@ class Dispatcher:
         # never interleaves with the current owner's file (both hold the same seeded video).
         aside = self.sweeper.attempt_path(record.id, attempt)
         try:
-            encode_mp4(result.frames, aside, fps=record.params["fps"])  # checked and fsynced, or raises
+            # Checked and fsynced, or raises; a model's sound is the mp4's AAC track.
+            encode_mp4(result.frames, aside, fps=record.params["fps"], sound=result.sound)
         except VideoWriteError as error:
             self.fail(record, attempt, "write_failed", str(error))
             return

@@ -18,8 +18,9 @@ from .store import UNFINISHED, JobStore
 
 _log = logging.getLogger(__name__)
 SWEEP_EVERY_S = 60.0  # expired jobs and stale temporary files are looked for this often (at most)
-# Temporary files of a job: `.{id}.attempt{N}.mp4`, and older versions' `..{id}.attempt{N}.mp4.partial.mp4`.
-_TEMP = re.compile(r"^\.{1,2}(?P<id>video_[0-9a-f]+)\.attempt(?P<attempt>\d+)\.mp4(\.partial\.mp4)?$")
+# Temporary files of a job: `.{id}.attempt{N}.mp4`, the sound track muxed into it (`...mp4.wav`),
+# and older versions' `..{id}.attempt{N}.mp4.partial.mp4`.
+_TEMP = re.compile(r"^\.{1,2}(?P<id>video_[0-9a-f]+)\.attempt(?P<attempt>\d+)\.mp4(\.partial\.mp4|\.wav)?$")
 
 
 class FileSweeper:

@@ -21,9 +21,10 @@ _BESIDES_FIELDS = [
     # Classifier-free guidance as separate conditional and unconditional passes (the adapter's
     # cfg_branches and predict_branches, pipedit.guidance.GuidedPrediction): what CFG parallel runs.
     ("cfg_parallel", bool, field(default=False)),
-    # The model makes sound with the picture (LTX-2): its outputs carry an audio track, and its
-    # prompt's condition depends on the video's shape and fps (the sound's length follows them).
-    ("sound", bool, field(default=False)),
+    # The model makes sound (its adapter's decode_sound returns a pipedit.sound.Soundtrack): every
+    # output carries an AAC track, a second free decode rank decodes it beside the video, and the
+    # prompt's condition gets the video's shape and fps (the sound's length follows them).
+    ("has_sound", bool, field(default=False)),
 ]
 
 Capabilities = record_class(

@@ -113,6 +113,14 @@ class AdapterHooks:
         the model cannot split a decode (one rank decodes each video whole)."""
         return 1
 
+    def decode_sound(self, latents: torch.Tensor, shape) -> Any:
+        """The request's sound track (pipedit.sound.Soundtrack) from `latents`, exactly what
+        `decode` receives (one request's final latents), and the request's VideoShape (the sound's
+        length follows its frames and fps); default None: the model makes no sound.
+        A model that makes sound declares `has_sound` in its capabilities, and the engine then
+        runs this beside `decode`, on another decode rank where one is free."""
+        return None
+
     def split_plan(self, latents: torch.Tensor, mode: int, parts: int) -> Any:
         """The plan of a split decode (pipedit.runtime.split_decode); only asked of a model whose
         split_units gave 2 or more."""

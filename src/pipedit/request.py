@@ -12,6 +12,7 @@ import torch
 from .adapter import VideoShape
 from .errors import InvalidRequestError
 from .fields import attributes, record_class, request_fields
+from .sound import Soundtrack
 
 
 def _check_fields(self) -> None:
@@ -78,14 +79,16 @@ class VideoResult:
     frames: torch.Tensor  # [F, H, W, 3] float in [0, 1]
     latents: torch.Tensor  # [1, C, T, h, w] final denoised latents, float32
     timings: dict[str, float] = field(default_factory=dict)
+    sound: Soundtrack | None = None  # a model that makes sound (capabilities.has_sound): its track
 
     def __reduce__(self):
         levels = (self.frames.detach().float().clamp(0, 1) * 255).round().to(torch.uint8)
-        return _result_from_levels, (self.request_id, levels, self.latents, self.timings)
+        return _result_from_levels, (self.request_id, levels, self.latents, self.timings, self.sound)
 
 
-def _result_from_levels(request_id: str, levels: torch.Tensor, latents: torch.Tensor, timings: dict) -> VideoResult:
-    return VideoResult(request_id, levels.float() / 255, latents, timings)
+def _result_from_levels(request_id: str, levels: torch.Tensor, latents: torch.Tensor, timings: dict,
+                        sound: Soundtrack | None = None) -> VideoResult:
+    return VideoResult(request_id, levels.float() / 255, latents, timings, sound)
 
 
 @dataclass

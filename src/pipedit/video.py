@@ -1,4 +1,4 @@
-"""Writing frames to an mp4 file that ffmpeg (and browsers) play.
+"""Writing frames (and a model's sound, as an AAC track) to an mp4 file that ffmpeg (and browsers) play.
 
 imageio-ffmpeg never checks ffmpeg's exit status: on a full disk ffmpeg stops writing and the
 writer still returns, leaving a truncated (even empty) file. So every mp4 is written under a
@@ -16,6 +16,8 @@ from pathlib import Path
 import imageio.v2 as imageio
 import numpy as np
 import torch
+
+from .sound import Soundtrack, probe_audio, write_wav
 
 LOW_SPACE_BYTES = 1 << 20  # free space under this after a failed write: the disk is full
 
@@ -44,31 +46,39 @@ def temp_name(target: str | os.PathLike) -> Path:
 
 
 def write_mp4(frames: torch.Tensor | np.ndarray, path: str | os.PathLike, fps: int = 24,
-              partial: str | os.PathLike | None = None) -> Path:
-    """Writes H.264/yuv420p. The file appears only when complete and checked: written under
-    `partial` (default temp_name(path)), verified, fsynced, then renamed. VideoWriteError if not."""
+              partial: str | os.PathLike | None = None, sound: Soundtrack | None = None) -> Path:
+    """Writes H.264/yuv420p (with `sound`: and an AAC track). The file appears only when complete
+    and checked: written under `partial` (default temp_name(path)), verified, fsynced, then
+    renamed. VideoWriteError if not."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     aside = Path(partial) if partial is not None else temp_name(target)
-    encode_mp4(frames, aside, fps)
+    encode_mp4(frames, aside, fps, sound)
     publish(aside, target)
     return target
 
 
-def encode_mp4(frames: torch.Tensor | np.ndarray, path: str | os.PathLike, fps: int = 24) -> Path:
+def encode_mp4(frames: torch.Tensor | np.ndarray, path: str | os.PathLike, fps: int = 24,
+               sound: Soundtrack | None = None) -> Path:
     """Writes the mp4 at `path` itself (callers pick a temporary name and rename it with
-    `publish`), checks that all frames decode and fsyncs it. On failure the file is removed and
-    VideoWriteError says why (e.g. "No space left on device")."""
+    `publish`), checks that all frames decode (and that the AAC track of `sound` is there) and
+    fsyncs it. On failure the file is removed and VideoWriteError says why (e.g. "No space left on
+    device"). Without sound the file is what it was before models made sound, byte for byte."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     images = to_uint8(frames)
+    # The track ffmpeg muxes in while it encodes the frames: a WAV beside the mp4, removed after.
+    wav = path.with_name(f"{path.name}.wav") if sound is not None else None
     try:
+        audio = {} if wav is None else {"audio_path": str(write_wav(sound, wav)), "audio_codec": "aac"}
         # macro_block_size=1: sizes need only be even (yuv420p); never resize the user's video.
         with imageio.get_writer(path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
-                                macro_block_size=1, quality=8) as writer:
+                                macro_block_size=1, quality=8, **audio) as writer:
             for image in images:
                 writer.append_data(image)
         verify_mp4(path, len(images))
+        if sound is not None:
+            _verify_audio(path, sound)
         fsync_file(path)
     except BaseException as error:
         path.unlink(missing_ok=True)
@@ -77,7 +87,18 @@ def encode_mp4(frames: torch.Tensor | np.ndarray, path: str | os.PathLike, fps: 
         if isinstance(error, OSError):
             raise _write_error(error, path.parent) from error
         raise
+    finally:
+        if wav is not None:
+            wav.unlink(missing_ok=True)
     return path
+
+
+def _verify_audio(path: Path, sound: Soundtrack) -> None:
+    stream = probe_audio(path)
+    if stream is None or stream.codec != "aac" or stream.sample_rate != sound.sample_rate:
+        found = "no audio stream" if stream is None else f"{stream.codec} at {stream.sample_rate} Hz"
+        raise _truncated(path, f"{path.stat().st_size} bytes, {found} where an AAC track at {sound.sample_rate} Hz "
+                               f"belongs")
 
 
 def verify_mp4(path: str | os.PathLike, frames: int | None = None) -> None:

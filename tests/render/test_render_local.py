@@ -86,12 +86,12 @@ def test_run_killed_midway_resumes_without_redoing(tmp_path, demo_checkpoint, su
     prompts, out_dir = write_jsonl(tmp_path / "prompts.jsonl", good), tmp_path / "out"
     real_write, written = local.write_mp4, []
 
-    def write_then_die(frames, path, fps):
+    def write_then_die(frames, path, fps, sound=None):
         if written:  # the second video: the process "dies" while writing it, leaving a partial file
             (path.parent / f".{path.name}.partial.mp4").write_bytes(b"half a video")
             raise KeyboardInterrupt
         written.append(path.name)
-        return real_write(frames, path, fps=fps)
+        return real_write(frames, path, fps=fps, sound=sound)
 
     monkeypatch.setattr(local, "write_mp4", write_then_die)
     assert render(prompts, out_dir, demo_checkpoint) == 130

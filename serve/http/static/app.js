@@ -393,11 +393,13 @@ async function showVideo(item, job) {
   const media = item.querySelector(".job-media");
   if (media.childElementCount) return; // made once: re-rendering must not restart playback
   const video = document.createElement("video");
-  Object.assign(video, { controls: true, loop: true, muted: true, playsInline: true, preload: "metadata" });
+  // A model that makes sound: the video plays with it, and a mute button turns it off and on.
+  const sound = Boolean(options && options.has_sound);
+  Object.assign(video, { controls: true, loop: true, muted: !sound, playsInline: true, preload: "metadata" });
   video.setAttribute("aria-label", `Video: ${job.prompt}`);
   const link = Object.assign(document.createElement("a"), { className: "download", textContent: "Download mp4" });
   link.download = `${job.id}.mp4`;
-  media.replaceChildren(video, link);
+  media.replaceChildren(video, ...(sound ? [muteButton(video)] : []), link);
   const path = `/v1/videos/${encodeURIComponent(job.id)}/content`;
   if (!apiKey()) {
     video.src = link.href = path;
@@ -412,6 +414,18 @@ async function showVideo(item, job) {
     media.replaceChildren();
     setNote(job.id, `could not load the video: ${error.message}`);
   }
+}
+
+function muteButton(video) {
+  const button = Object.assign(document.createElement("button"), { type: "button", className: "mute secondary" });
+  const show = () => {
+    button.textContent = video.muted ? "Unmute" : "Mute";
+    button.setAttribute("aria-pressed", String(video.muted));
+  };
+  button.addEventListener("click", () => { video.muted = !video.muted; });
+  video.addEventListener("volumechange", show); // the player's own mute control too
+  show();
+  return button;
 }
 
 function remove(id) {

@@ -107,7 +107,7 @@ class LocalRunner:
             batch.finished(line, error=outcome.message)
             return
         try:
-            write_mp4(outcome.frames, out_dir / line.file_name, fps=line.settings["fps"])
+            write_mp4(outcome.frames, out_dir / line.file_name, fps=line.settings["fps"], sound=outcome.sound)
         except VideoWriteError as error:  # nothing under the final name; a full disk stops the run
             batch.write_failed(line, error)
             return

@@ -54,4 +54,4 @@ def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_pa
     if latents_path:
         Path(latents_path).parent.mkdir(parents=True, exist_ok=True)
         torch.save(result.latents, latents_path)
-    return write_mp4(result.frames, output, fps=config.generation.fps)
+    return write_mp4(result.frames, output, fps=config.generation.fps, sound=result.sound)

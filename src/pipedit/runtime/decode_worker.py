@@ -12,6 +12,7 @@ from ..attention.kernels import AttentionKernel
 from ..distributed import p2p
 from ..distributed.deadline import CommunicationError
 from ..request import VideoRequest, VideoResult
+from ..sound import Soundtrack
 from .rank import RankWorker
 
 
@@ -24,14 +25,25 @@ class DecodeWorker(RankWorker):
             self.aco_pairs = plan.served_by(self.rank)
         self.kernel = AttentionKernel()
 
-    def decode(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult:
+    def decode(self, request: VideoRequest, latents: torch.Tensor | None, with_sound: bool = True) -> VideoResult:
         """Decodes the latents handed over through the object store, or receives them from
-        denoise rank 0 (p2p handoff: `latents` is None)."""
+        denoise rank 0 (p2p handoff: `latents` is None); then the sound of a model that makes it,
+        unless another decode rank decodes it (`with_sound` False: decode_sound runs there)."""
         self.state.faults.enter(phase="decode", prompt=request.prompt)
         latents = self._handed(request, latents)
         self.state.faults.check()
-        frames = self.adapter.decode(latents.to(self.device))[0].cpu()
-        return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
+        on_device = latents.to(self.device)
+        frames = self.adapter.decode(on_device)[0].cpu()
+        sound = self.adapter.decode_sound(on_device, request.shape) if with_sound else None
+        return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu(), sound=sound)
+
+    def decode_sound(self, request: VideoRequest, latents: torch.Tensor | None) -> Soundtrack | None:
+        """The sound of the latents a peer decode rank decodes the frames of, at the same time
+        (latents as `decode` takes them: rank 0 sends them to both)."""
+        self.state.faults.enter(phase="decode", prompt=request.prompt)
+        latents = self._handed(request, latents)
+        self.state.faults.check()
+        return self.adapter.decode_sound(latents.to(self.device), request.shape)
 
     def decode_free_bytes(self) -> int | None:
         """Free device memory for decodes now (runtime.decode_budget asks once the group is up)."""
@@ -58,10 +70,12 @@ class DecodeWorker(RankWorker):
             return 1
         return self.adapter.split_units(self.adapter.latent_shape(request.shape), len(self.decode_group.ranks))
 
-    def decode_split(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult | None:
+    def decode_split(self, request: VideoRequest, latents: torch.Tensor | None) -> VideoResult | Soundtrack | None:
         """One video decoded by every decode rank (each called at once). The lead (first decode
-        rank) gets the latents as `decode` does and returns the VideoResult; the others None.
-        Any failure here leaves peers inside a collective: the group is rebuilt (rank_failure)."""
+        rank) gets the latents as `decode` does and returns the VideoResult; the last decode rank,
+        once its share is sent, decodes the sound (None from a model without it) while the lead
+        assembles the frames, and returns it; the others None. Any failure here leaves peers
+        inside a collective: the group is rebuilt (rank_failure)."""
         from . import split_decode
 
         group = self.decode_group
@@ -76,7 +90,7 @@ class DecodeWorker(RankWorker):
         plan = self.adapter.split_plan(latents, mode, len(group.ranks))
         video = split_decode.decode_share(plan, group, self.device)
         if not lead:
-            return None
+            return self.adapter.decode_sound(latents, request.shape) if self.rank == group.ranks[-1] else None
         frames = self.adapter.frames(video)[0].cpu()
         return VideoResult(request.request_id, frames=frames, latents=latents.float().cpu())
 

@@ -53,14 +53,16 @@ class Engine:
         self.layout = WorldLayout.from_config(parallel, adapter_class.preferred_text_encoder)
         self._model_path = model_path
         self._fault_env = fault_env()  # one `once` folder for every rank group this engine starts
-        self.needs_image = model_inputs(model_path, config.model.name).capabilities.needs_image  # image-to-video
+        capabilities = model_inputs(model_path, config.model.name).capabilities
+        self.needs_image = capabilities.needs_image  # image-to-video
         if self.layout.ring > 1 and not adapter_class.capabilities.ring:
             raise UserInputError(f"{adapter_class.family} attends over a head's whole sequence (sparse layers), which "
                                  f"ring attention splits: use --ulysses {self.layout.ulysses * self.layout.ring} --ring 1")
         self.executor = self._start_group()
         try:
             self.pipeline = RequestPipeline(self.executor, self.layout, parallel.aco, config.reliability,
-                                            self.rebuild, self._decode_prediction(), compiled=config.model.compile)
+                                            self.rebuild, self._decode_prediction(), compiled=config.model.compile,
+                                            sound=capabilities.has_sound)
             self._warm_up()
         except BaseException:
             self.executor.close()

@@ -199,12 +199,16 @@ def fault_env() -> dict[str, str]:
 
 def rank_env(fault_env: dict[str, str], ranks_on_node: int) -> dict[str, str]:
     """The environment of the rank actors (Ray must be connected): the fault switch, the torch
-    threads, and on a loopback instance NCCL's and gloo's socket interfaces on loopback
+    threads, the families added from outside (the ranks find the driver's, whatever their node's
+    Ray started with), and on a loopback instance NCCL's and gloo's socket interfaces on loopback
     (pipedit.distributed.interfaces: nothing listens beyond loopback)."""
     import ray
 
+    from ..families import ENVIRONMENT
+
     nodes = [node["NodeManagerAddress"] for node in ray.nodes() if node.get("Alive")]
-    return {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(ranks_on_node),
+    families = {ENVIRONMENT: os.environ[ENVIRONMENT]} if os.environ.get(ENVIRONMENT) else {}
+    return {"TOKENIZERS_PARALLELISM": "false", **fault_env, **_thread_env(ranks_on_node), **families,
             **socket_interface_env(nodes)}
 
 

@@ -48,7 +48,7 @@ def encode_request(adapter, request: VideoRequest) -> dict[str, torch.Tensor]:
         image = load_image(request.image)
         check_image_fits(image.size, (request.width, request.height))
         inputs.update(image=image, shape=request.shape)
-    if adapter.capabilities.sound:  # the sound's length follows the video's frames and fps
+    if adapter.capabilities.has_sound:  # the sound's length follows the video's frames and fps
         inputs["shape"] = request.shape
     try:
         return adapter.encode_prompt(request.prompt, **inputs)

@@ -33,13 +33,14 @@ def is_request_error(error: BaseException | None) -> bool:
 
 def leaves_group_intact(method: str, cause: BaseException) -> bool:
     """Whether a rank call that raised `cause` leaves its rank and every peer usable: a decode
-    that failed outside any transfer and not with a CUDA error, or a prompt encoding that failed
-    with a request error. Hazard: a CUDA error other than out-of-memory (an illegal address, a
+    (of frames or of sound) that failed outside any transfer and not with a CUDA error, or a
+    prompt encoding that failed with a request error. Hazard: a CUDA error other than out-of-memory (an illegal address, a
     device-side assert) is sticky: every later kernel on that device fails, so the rank must be
     replaced."""
     if method == "encode_prompt":
         return is_request_error(cause)
-    return method == "decode" and not isinstance(cause, CommunicationError) and not _cuda_fault(cause)
+    decode = method in ("decode", "decode_sound")
+    return decode and not isinstance(cause, CommunicationError) and not _cuda_fault(cause)
 
 
 def _cuda_fault(cause: BaseException) -> bool:

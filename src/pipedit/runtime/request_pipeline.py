@@ -27,6 +27,7 @@ from .deadlines import DecodePrediction, Deadlines
 from .first_swap import FirstSwap
 from .layout import WorldLayout
 from .rank_failure import RankGroupError
+from . import sound_decode
 
 EventCallback = Callable[[RequestEvent], None]
 CancelCheck = Callable[[str], bool]  # request id -> cancelled
@@ -38,7 +39,7 @@ ACO_ROUNDS = 5
 class RequestPipeline:
     def __init__(self, executor, layout: WorldLayout, aco: str = "auto",
                  reliability: ReliabilityConfig = ReliabilityConfig(), rebuild: Callable[[], None] | None = None,
-                 predict_decode: DecodePrediction | None = None, compiled: bool = False):
+                 predict_decode: DecodePrediction | None = None, compiled: bool = False, sound: bool = False):
         """rebuild: tears the rank group down and starts a new one (sets self.executor).
         predict_decode: the planner's seconds for one decode of a shape on the decode GPUs.
         compiled: model.compile (the first forward of each new graph_key compiles its graphs)."""
@@ -46,6 +47,7 @@ class RequestPipeline:
         self.rebuild = rebuild
         self.deadlines = Deadlines(reliability, predict_decode)
         self.layout = layout
+        self.sound = sound  # the model makes sound (capabilities.has_sound): see .sound_decode
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
         self.aco_calls: int | None = None  # attention calls per forward, asked once
@@ -126,7 +128,8 @@ class _Decoding:
     # latents, with the object-store handoff) stays pinned in the executor's bookkeeping. A split
     # decode's other ranks' calls are collected with them (a failure there fails the request).
     finish: list = field(default_factory=list)
-    helpers: tuple[int, ...] = ()  # the other decode ranks of a split decode (freed with `rank`)
+    helpers: tuple[int, ...] = ()  # the other decode ranks of a split decode, or of its sound (freed with `rank`)
+    sound: object = None  # the call whose result is the sound track, when another decode rank decodes it
 
 
 class _Run:
@@ -232,15 +235,18 @@ class _Run:
         split = self._split_now(request)
         timings["decode_ranks"] = len(split) if split else 1
         rank = split[0] if split else self.free.popleft()
-        finish = self.ex.submit("finish", rank)
+        beside = sound_decode.sound_rank(self.free, self.s.sound, split)  # the sound's own decode rank, if free
+        finish = self.ex.submit("finish", rank, *beside)
         latents = finish[0] if self.layout.handoff == "object_store" else None
         if split:  # every decode rank at once; the lead (first) receives the latents, returns the frames
             self.free.clear()
             ref = self.ex.submit_rank(rank, "decode_split", request, latents)
             finish += [self.ex.submit_rank(r, "decode_split", request, None) for r in split[1:]]
+            sound = finish[-1] if self.s.sound else None  # the last decode rank's: the sound
         else:
-            ref = self.ex.submit_rank(rank, "decode", request, latents)
-        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings, finish, split[1:])
+            ref, sound = sound_decode.submit(self.ex, request, rank, latents, beside)
+        self.in_flight[ref] = _Decoding(request, rank, started, time.perf_counter(), timings, finish,
+                                        split[1:] or beside, sound)
         if not self.pipelined:
             yield from self._collect(block=True)
         return None
@@ -286,6 +292,7 @@ class _Run:
         self.free.extend((decoding.rank, *decoding.helpers))
         try:
             result = self.ex.get(ref)
+            sound_decode.attach(self.ex, result, decoding.sound, self.deadlines.decode_s(decoding.request.shape))
             self.ex.get(decoding.finish)  # done long ago (the decode had its latents)
             self._check_cancelled(decoding.request)  # a cancelled decode is discarded
             decoding.timings["decode_s"] = time.perf_counter() - decoding.handed

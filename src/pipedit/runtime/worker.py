@@ -187,10 +187,12 @@ class DenoiseWorker(RankWorker):
 
         return time_steps(self, request, cond, chunks, rounds)
 
-    def finish(self, decode_rank: int | None = None) -> VideoResult | torch.Tensor | None:
-        """No decode ranks: rank 0 decodes and returns the VideoResult. With decode ranks, rank 0
-        hands the latents to `decode_rank`: returned for the Ray object store, or sent
-        point-to-point (p2p handoff; the send is waited on at the next handoff)."""
+    def finish(self, decode_rank: int | None = None, sound_rank: int | None = None) -> VideoResult | torch.Tensor | None:
+        """No decode ranks: rank 0 decodes (the frames, then the sound of a model that makes it)
+        and returns the VideoResult. With decode ranks, rank 0 hands the latents to `decode_rank`
+        (and to `sound_rank`, the decode rank that decodes the sound beside it, if any): returned
+        for the Ray object store, or sent point-to-point (p2p handoff; the send is waited on at
+        the next handoff)."""
         job, self.job = self.job, None
         if self.rank != 0:
             return None
@@ -199,12 +201,14 @@ class DenoiseWorker(RankWorker):
             self.state.faults.enter(phase="decode", prompt=job.request.prompt)
             self.state.faults.check()
             frames = (self._decode_offloaded if self.offload_idle else self.adapter.decode)(job.latents)[0].cpu()
+            sound = self.adapter.decode_sound(job.latents, job.request.shape)
             device_time.wait_for_device(self.device)  # the decode phase's end (decode_s)
-            return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu())
+            return VideoResult(job.request.request_id, frames=frames, latents=latents.cpu(), sound=sound)
         if self.layout.handoff == "p2p":
             self._wait_send()
-            self._pending_send = p2p.post(sends=[(latents.contiguous(), decode_rank)], op="latent handoff send",
-                                          state=self.state)
+            receivers = [decode_rank] + ([sound_rank] if sound_rank is not None else [])
+            self._pending_send = p2p.post(sends=[(latents.contiguous(), rank) for rank in receivers],
+                                          op="latent handoff send", state=self.state)
             return None
         return latents.cpu()
 
