@@ -73,10 +73,10 @@ def test_the_request_and_the_config_hold_the_declared_fields():
     assert all(getattr(defaults, s.name) == s.default for s in declared.config_fields())
     request = VideoRequest("a fox")
     assert all(getattr(request, s.name) == s.request_default for s in declared.request_fields() if s.name != "prompt")
-    assert [f.name for f in dataclass_fields(SamplingParams)] == ["steps", "flow_shift"]
+    assert [f.name for f in dataclass_fields(SamplingParams)] == ["height", "width", "num_frames", "steps", "flow_shift"]
     per_field = {s.capability for s in declared.capability_fields()}
     assert per_field == {"negative_prompt", "image", "guidance_scale_2", "flow_shift"}
-    assert {f.name for f in dataclass_fields(Capabilities)} == per_field | {"needs_image", "ring", "cfg_parallel"}
+    assert {f.name for f in dataclass_fields(Capabilities)} == per_field | {"needs_image", "ring", "cfg_parallel", "has_sound"}
 
 
 def test_one_validation_the_same_words_everywhere(tmp_path):

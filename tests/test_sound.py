@@ -87,7 +87,10 @@ def sounding(monkeypatch):
     """The demo model made to make sound (what a family with sound declares)."""
     monkeypatch.setattr(HunyuanVideoAdapter, "capabilities",
                         replace(HunyuanVideoAdapter.capabilities, has_sound=True))
-    monkeypatch.setattr(HunyuanVideoAdapter, "decode_sound", lambda self, latents: latents_sound(latents))
+    monkeypatch.setattr(HunyuanVideoAdapter, "decode_sound", lambda self, latents, shape: latents_sound(latents))
+    # A model with sound gets the video's shape with its prompt (the sound's length follows it).
+    encode = HunyuanVideoAdapter.encode_prompt
+    monkeypatch.setattr(HunyuanVideoAdapter, "encode_prompt", lambda self, prompt, shape: encode(self, prompt))
 
 
 def _generate(checkpoint, output):

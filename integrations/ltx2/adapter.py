@@ -130,11 +130,14 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
 
     @staticmethod
     def _grid_tensor(grid: JointGrid, fps: int) -> torch.Tensor:
-        return torch.tensor([grid.frames, grid.height, grid.width, grid.audio_frames, fps], dtype=torch.int64)
+        # The condition is tensors only (it moves to each rank's device; the dry run's are fake), so
+        # the request's grid travels as the *shape* of an empty tensor: known wherever the tensor is,
+        # values or not, and no memory.
+        return torch.empty((0, grid.frames, grid.height, grid.width, grid.audio_frames, fps))
 
     def _grid_of(self, cond: dict) -> tuple[JointGrid, int]:
-        frames, height, width, audio_frames, fps = (int(v) for v in cond["grid"].tolist())
-        shape = VideoShape((height * self.spatial_ratio), width * self.spatial_ratio,
+        _, frames, height, width, audio_frames, fps = cond["grid"].shape
+        shape = VideoShape(height * self.spatial_ratio, width * self.spatial_ratio,
                            (frames - 1) * self.temporal_ratio + 1, fps)
         grid = self.grid(shape)
         if grid.audio_frames != audio_frames:
@@ -184,10 +187,10 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         """[negative, positive] (positive alone when encoded without guidance); each carries the grid
         and the image latents, since a CFG-parallel group gets its branches only."""
         shared = {key: cond[key] for key in _SHARED_KEYS if key in cond}
-        positive = {**{key: cond[key] for key in _TEXT_KEYS}, **shared, "kind": torch.tensor(1)}
+        positive = {**{key: cond[key] for key in _TEXT_KEYS}, **shared, "kind": "positive"}
         if "negative_prompt_embeds" not in cond:
             return [positive]
-        negative = {**{key: cond[f"negative_{key}"] for key in _TEXT_KEYS}, **shared, "kind": torch.tensor(0)}
+        negative = {**{key: cond[f"negative_{key}"] for key in _TEXT_KEYS}, **shared, "kind": "negative"}
         return [negative, positive]
 
     def branches_for(self, cond: dict, guidance_scale: float) -> list[dict]:
@@ -200,7 +203,7 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
                                f"encoded without it (a request whose guidance_scale is at most 1)")
         positive = branches[-1]
         by_kind = {"negative": branches[0], "positive": positive,
-                   "stg": {**positive, "kind": torch.tensor(2)}, "isolated": {**positive, "kind": torch.tensor(3)}}
+                   "stg": {**positive, "kind": "stg"}, "isolated": {**positive, "kind": "isolated"}}
         return [by_kind[kind] for kind in kinds]
 
     @torch.no_grad()

@@ -1,8 +1,8 @@
 """The transformer passes of one LTX-2 step, with the arguments LTX2Pipeline gives each pass.
 
-A branch's `kind` (guidance.BRANCHES' index) picks its pass: negative (0) and positive (1) run
-plain and together as one batch when both are asked (the pipeline's CFG batch); stg (2) perturbs
-the STG blocks' self-attention; isolated (3) turns the audio-video cross-attention off. Image-to-
+A branch's `kind` (guidance.BRANCHES) picks its pass: negative and positive run plain, together
+as one batch when both are asked (the pipeline's CFG batch); stg perturbs the STG blocks'
+self-attention; isolated turns the audio-video cross-attention off. Image-to-
 video gives the first latent frame's tokens timestep 0 (they hold the image's latents); the sound's
 timestep and the sigma stay the step's.
 """
@@ -20,7 +20,7 @@ def _groups(branches: list[dict]) -> list[list[int]]:
     """Indices of the passes: a negative branch followed by its positive one share a batch."""
     groups, i = [], 0
     while i < len(branches):
-        if int(branches[i]["kind"]) == 0 and i + 1 < len(branches) and int(branches[i + 1]["kind"]) == 1:
+        if branches[i]["kind"] == "negative" and i + 1 < len(branches) and branches[i + 1]["kind"] == "positive":
             groups.append([i, i + 1])
             i += 2
         else:
@@ -47,7 +47,7 @@ def run_branches(adapter, latents: torch.Tensor, timestep: torch.Tensor, branche
     for group in _groups(branches):
         count = len(group)
         chosen = [branches[i] for i in group]
-        kind = int(chosen[0]["kind"])
+        kind = chosen[0]["kind"]
         step = timestep.reshape(1).to(torch.float32).expand(count)
         video_step = step.unsqueeze(-1) * (1 - _first_frame_mask(grid, video.device)) if image else step
         mask = torch.cat([b["prompt_mask"] for b in chosen])
@@ -59,8 +59,8 @@ def run_branches(adapter, latents: torch.Tensor, timestep: torch.Tensor, branche
             encoder_attention_mask=mask, audio_encoder_attention_mask=mask,
             num_frames=grid.frames, height=grid.height, width=grid.width, fps=float(fps),
             audio_num_frames=grid.audio_frames,
-            isolate_modalities=kind == 3,
-            spatio_temporal_guidance_blocks=list(stg_blocks(len(transformer.transformer_blocks))) if kind == 2 else None,
+            isolate_modalities=kind == "isolated",
+            spatio_temporal_guidance_blocks=list(stg_blocks(len(transformer.transformer_blocks))) if kind == "stg" else None,
             use_cross_timestep=USE_CROSS_TIMESTEP, return_dict=False)
         for row, index in enumerate(group):
             preds[index] = grid.from_tokens(out_video[row:row + 1].float(), out_audio[row:row + 1].float())

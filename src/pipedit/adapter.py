@@ -97,7 +97,8 @@ class ModelAdapter(Protocol):
                       shape: VideoShape | None = None) -> dict[str, torch.Tensor]:
         """On the text rank. `negative_prompt` None: the model's default; `image` an RGB PIL image
         (pipedit.images.load_image) and the request's `shape` (the image condition depends on it),
-        both passed only with an image, so only to models that take one."""
+        both passed only with an image, so only to models that take one; `shape` is passed with
+        every prompt of a model with sound (capabilities.has_sound: its length follows the video)."""
 
     def prepare_condition(self, cond: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """On the denoise ranks, once per request, on host tensors: the condition the DiT sees

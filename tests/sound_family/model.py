@@ -40,6 +40,10 @@ class SoundVideoAdapter(HunyuanVideoAdapter):
         adapter.notes = Path(path)
         return adapter
 
+    def encode_prompt(self, prompt: str, shape=None):
+        # A model with sound is given the video's shape with every prompt; HunyuanVideo needs none.
+        return super().encode_prompt(prompt)
+
     def decode_sound(self, latents: torch.Tensor, shape) -> Soundtrack:
         rank = dist.get_rank() if dist.is_initialized() else 0
         (self.notes / f"sound-decoded-by-rank-{rank}").touch()
