@@ -9,7 +9,7 @@ the sound, `.audio`, of a model with sound) stored under a key of everything the
 - every weight the pipeline holds as loaded (dtype changes and LoRA weights included) and the
   LoRA scales set on its layers, its scheduler's class and config,
 - every call argument (a generator by its state, an image or tensor by its bytes),
-- the versions of diffusers, transformers, peft and torch, and torch's thread count.
+- the versions of diffusers, transformers, peft, torch and av, and torch's thread count.
 
 A changed pin, checkpoint or argument is another key: the reference is recomputed. A call with an
 argument that has no stable description (a callback) runs the pipeline every time. The folder is
@@ -30,7 +30,7 @@ import torch
 
 from pipedit.local_cache import default_cache_dir
 
-PACKAGES = ("diffusers", "transformers", "peft", "torch")
+PACKAGES = ("diffusers", "transformers", "peft", "torch", "av")  # av: LTX-2 image-to-video's image re-encode
 FORMAT = "outputs-dict"  # what a file holds: part of the key, so files of another form are never read
 
 

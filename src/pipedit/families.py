@@ -91,6 +91,9 @@ class Family:
     demo: Demo
     dry_run: DryRun
     pipelines: tuple[str, ...] = ()  # model_index.json _class_name values this family serves
+    # Pipelines of the family's releases it does not serve, (_class_name, what that pipeline adds):
+    # a checkpoint of one is refused naming what it adds and what the family serves.
+    refuses: tuple[tuple[str, str], ...] = ()
     layout: str | None = None  # (path) -> bool: the folder holds the family's own release layout
     layout_about: str = ""  # that layout in words, for the error naming what a model path may hold
     options: frozenset[str] = frozenset()  # load_adapter options it takes (LOADING_OPTIONS)
@@ -224,10 +227,13 @@ def pipelines() -> tuple[str, ...]:
 
 def family_for_pipeline(class_name: str, where: str | Path | None = None) -> Family:
     """The family serving model_index.json's `_class_name`; ModelPathError naming the known ones."""
+    holder = f"{where} holds a {class_name}" if where is not None else f"unknown pipeline {class_name!r}"
     for entry in _discover().values():
         if class_name in entry.pipelines:
             return entry
-    holder = f"{where} holds a {class_name}" if where is not None else f"unknown pipeline {class_name!r}"
+        if (adds := dict(entry.refuses).get(class_name)) is not None:
+            raise ModelPathError(f"{holder}: {adds}, which pipedit does not run; for {entry.name} it serves "
+                                 f"{', '.join(entry.pipelines)} checkpoints")
     raise ModelPathError(f"{holder}; supported pipelines: {', '.join(pipelines())}")
 
 

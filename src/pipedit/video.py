@@ -70,7 +70,10 @@ def encode_mp4(frames: torch.Tensor | np.ndarray, path: str | os.PathLike, fps: 
     # The track ffmpeg muxes in while it encodes the frames: a WAV beside the mp4, removed after.
     wav = path.with_name(f"{path.name}.wav") if sound is not None else None
     try:
-        audio = {} if wav is None else {"audio_path": str(write_wav(sound, wav)), "audio_codec": "aac"}
+        # ffmpeg_log_level error: a WAV names no channel layout, and ffmpeg's note that it guessed
+        # one (stereo, mono) would be printed for every video with sound.
+        audio = {} if wav is None else {"audio_path": str(write_wav(sound, wav)), "audio_codec": "aac",
+                                        "ffmpeg_log_level": "error"}
         # macro_block_size=1: sizes need only be even (yuv420p); never resize the user's video.
         with imageio.get_writer(path, format="FFMPEG", fps=fps, codec="libx264", pixelformat="yuv420p",
                                 macro_block_size=1, quality=8, **audio) as writer:

@@ -99,6 +99,21 @@ def test_hunyuan_video_15_compiled_equals_eager(tmp_path_factory):
 
 
 @needs_compiler
+@pytest.mark.slow
+def test_ltx2_compiled_equals_eager(tmp_path_factory):
+    """LTX-2's joint blocks (video and audio streams, six attentions each) compiled around the
+    attention processors, with every guidance pass (CFG batch, STG's value shortcut, the modality-
+    isolated pass: other graphs of the same blocks): the contract's 1e-4 relative bound."""
+    from pipedit.integrations.ltx2.demo_checkpoint import write_preset
+
+    checkpoint = write_preset(tmp_path_factory.mktemp("ltx2") / "demo")
+    case = Case("rain on a tin roof", height=32, width=64, frames=9, steps=2, seed=5)
+    eager = _latents(checkpoint, case, compile=False)
+    compiled = _latents(checkpoint, case, compile=True)
+    assert (compiled - eager).abs().max().item() <= 1e-4 * eager.abs().max().item()
+
+
+@needs_compiler
 def test_ulysses_2_compiled_equals_eager(osp_demo):
     """OpenSoraPlan on two spawned gloo ranks (its Q/K/V overlap starts an all-to-all after each
     projection; Skiparse layers), one forward eager then compiled on each rank: the attention
