@@ -75,7 +75,8 @@ def served(cluster, demo_checkpoint, tmp_path_factory):
     try:
         serve.start(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
         run_applications(config)
-        _wait(lambda: _running_replicas() == 2 and _get(f"http://127.0.0.1:{port}/healthz", 5)[0] == 200, timeout=300)
+        _wait(lambda: _running_replicas() == 2 and _get(f"http://127.0.0.1:{port}/healthz", LIMIT_S)[0] == 200,
+              timeout=300)  # LIMIT_S: a busy machine delays single probes (tests/health_probes.py)
         yield f"http://127.0.0.1:{port}", data
     finally:
         serve.shutdown()

@@ -7,9 +7,11 @@ from a rank actor travel as 8-bit levels (pipedit.request.VideoResult), so they 
 level of the in-process frames, plus that reordering.
 """
 
+from dataclasses import replace
+
 import pytest
 
-from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
+from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ParallelConfig
 from pipedit.request import RequestFailure, VideoRequest
 from pipedit.runtime.engine import Engine
 
@@ -74,25 +76,42 @@ def test_object_store_handoff_and_text_encoder_with_the_dit(ray_session, demo_ch
         assert "text_encoder" in engine.executor.call_rank(0, "loaded_parameters")
 
 
-@pytest.mark.parametrize("phase", ["denoise", "decode"])
-def test_a_failing_request_fails_alone(ray_session, demo_checkpoint, monkeypatch, phase):
-    monkeypatch.setenv("PIPEDIT_FAULTS", f"fail:phase={phase}:prompt=lighthouse")
-    with Engine(_config(demo_checkpoint, decode_ranks=1, aco="off")) as engine:
-        requests = _requests()
-        outcomes = _by_prompt(engine.generate_many(requests), requests)
-    failed = outcomes.pop("a lighthouse at dusk")
-    assert isinstance(failed, RequestFailure)
-    assert failed.phase == phase and "injected" in failed.message
-    assert all(not isinstance(o, RequestFailure) for o in outcomes.values())
-    assert len(outcomes) == 3
-
-
 def test_decode_ranks_auto_uses_the_balance_rule(ray_session, demo_checkpoint, tmp_path, monkeypatch):
     monkeypatch.setenv("PIPEDIT_CACHE", str(tmp_path))
-    config = _config(demo_checkpoint, decode_ranks="auto", ranks=3)
+    # The calibration measures the config's default request: the shape this module's requests have.
+    config = replace(_config(demo_checkpoint, decode_ranks="auto", ranks=3),
+                     generation=GenerationDefaults(height=64, width=96, num_frames=9, steps=2))
     with Engine(config) as engine:
         layout = engine.layout
         result = engine.generate(_requests()[0])
     assert layout.world_size == 3 and 1 <= layout.decode <= 2
     assert result.latents.shape == (1, 16, 3, 8, 12)
     assert (tmp_path / "calibration.json").is_file()  # measured once, cached for next time
+
+
+# One engine for both phases' failures (the engine reads PIPEDIT_FAULTS when it starts, and hands
+# it to every rank group it builds): each case's batch holds the one prompt its fault fires on.
+# Hazard: it holds its 2 ranks' CPUs until the module ends (the session Ray has 4), so these
+# tests come last: a test after them starting 3 ranks would wait for CPUs that never free.
+FAILING = {"denoise": "a lighthouse at dusk", "decode": "a lantern at dusk"}
+
+
+@pytest.fixture(scope="module")
+def failing_engine(ray_session, demo_checkpoint):
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PIPEDIT_FAULTS", "fail:phase=denoise:prompt=lighthouse,fail:phase=decode:prompt=lantern")
+        engine = Engine(_config(demo_checkpoint, decode_ranks=1, aco="off"))
+    with engine:
+        yield engine
+
+
+@pytest.mark.parametrize("phase", ["denoise", "decode"])
+def test_a_failing_request_fails_alone(failing_engine, phase):
+    requests = [VideoRequest(FAILING[phase] if p == "a lighthouse at dusk" else p, height=64, width=96, num_frames=9,
+                             steps=2, seed=i) for i, p in enumerate(PROMPTS)]
+    outcomes = _by_prompt(failing_engine.generate_many(requests), requests)
+    failed = outcomes.pop(FAILING[phase])
+    assert isinstance(failed, RequestFailure)
+    assert failed.phase == phase and "injected" in failed.message
+    assert all(not isinstance(o, RequestFailure) for o in outcomes.values())
+    assert len(outcomes) == 3
