@@ -129,13 +129,13 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         return make_scheduler(self.components["scheduler"], sampling, self.device, self.grid(shape).video_tokens)
 
     @staticmethod
-    def _grid_tensor(grid: JointGrid, fps: int) -> torch.Tensor:
+    def grid_tensor(grid: JointGrid, fps: int) -> torch.Tensor:
         # The condition is tensors only (it moves to each rank's device; the dry run's are fake), so
         # the request's grid travels as the *shape* of an empty tensor: known wherever the tensor is,
         # values or not, and no memory.
         return torch.empty((0, grid.frames, grid.height, grid.width, grid.audio_frames, fps))
 
-    def _grid_of(self, cond: dict) -> tuple[JointGrid, int]:
+    def grid_of(self, cond: dict) -> tuple[JointGrid, int]:
         _, frames, height, width, audio_frames, fps = cond["grid"].shape
         shape = VideoShape(height * self.spatial_ratio, width * self.spatial_ratio,
                            (frames - 1) * self.temporal_ratio + 1, fps)
@@ -160,7 +160,7 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         if guided:
             negative = self._encode("" if negative_prompt is None else negative_prompt)
             cond.update({f"negative_{key}": value for key, value in zip(_TEXT_KEYS, negative)})
-        cond["grid"] = self._grid_tensor(self.grid(shape), shape.fps)
+        cond["grid"] = self.grid_tensor(self.grid(shape), shape.fps)
         if image is None and self.capabilities.needs_image:
             raise InvalidRequestError("this ltx-2 checkpoint is image-to-video: the request needs an image")
         if image is not None:
@@ -218,7 +218,7 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
                             branches: list[dict], guidance_scale: float) -> torch.Tensor:
         """The guided velocity (guidance.py), per stream in the pipeline's token layout; the first
         frame of image-to-video keeps its latents (velocity 0 there)."""
-        grid, _ = self._grid_of(branches[0])
+        grid, _ = self.grid_of(branches[0])
         guidance = self.guidance(guidance_scale)
         kinds = guidance.branches()
         sample = self.model_latents(latents, branches[0])
@@ -236,7 +236,7 @@ class LTX2Adapter(ComponentAccess, GuidedPrediction, AdapterHooks):
         """The latents the pipeline holds: image-to-video's first latent frame is the image's."""
         if "image_latents" not in cond:
             return latents
-        grid, _ = self._grid_of(cond)
+        grid, _ = self.grid_of(cond)
         video = grid.video(latents).clone()
         video[:, :, :1] = cond["image_latents"].to(video.dtype)
         return torch.cat([video, latents[:, grid.channels:]], dim=1)

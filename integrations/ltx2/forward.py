@@ -39,7 +39,7 @@ def _first_frame_mask(grid, device) -> torch.Tensor:
 
 def run_branches(adapter, latents: torch.Tensor, timestep: torch.Tensor, branches: list[dict]) -> list[torch.Tensor]:
     transformer = adapter.transformer
-    grid, fps = adapter._grid_of(branches[0])
+    grid, fps = adapter.grid_of(branches[0])
     video, audio = grid.tokens(adapter.model_latents(latents, branches[0]))
     dtype = branches[0]["prompt_embeds"].dtype  # the pipeline casts its inputs to the prompt's dtype
     image = "image_latents" in branches[0]
