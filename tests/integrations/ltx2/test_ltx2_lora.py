@@ -81,7 +81,8 @@ def _original_pairs(model, names: dict) -> dict:
 
 
 def test_renames_agree_with_diffusers_conversion_on_ltx2_and_ltx23(checkpoint, adapters):
-    """Every rename kind: the LTX-2 file (diffusers' loader reads it too), LTX-2.3's prompt
+    """Every rename kind: the LTX-2 file (diffusers' loader reads it too; pipedit also in the kohya
+    spelling, lora_unet_ and dots as underscores), LTX-2.3's prompt
     modulations and gated attention, and full deltas on norms and cross-attention tables."""
     from diffusers import LTX2VideoTransformer3DModel
     from safetensors.torch import load_file
@@ -92,6 +93,11 @@ def test_renames_agree_with_diffusers_conversion_on_ltx2_and_ltx23(checkpoint, a
     tensors = load_file(str(adapters["original-ab"]))
     ours = convert(tensors, {}, model, RENAMES, "ltx-2 file")
     assert set(ours.pairs) == _layers_by_diffusers(tensors) == set(LTX2_ORIGINAL_LAYERS.values())
+    kohya = {}
+    for key, tensor in tensors.items():
+        name, part, _ = split_key(key)  # part: down or up
+        kohya[f"lora_unet_{name.replace('.', '_')}.lora_{part}.weight"] = tensor
+    assert set(convert(kohya, {}, model, RENAMES, "kohya file").pairs) == set(ours.pairs)
 
     model = _transformer(TEST_DIMS, "2.3")
     tensors = _original_pairs(model, {
@@ -111,7 +117,7 @@ def test_renames_agree_with_diffusers_conversion_on_ltx2_and_ltx23(checkpoint, a
     assert len(ours.pairs) == 3 and len(deltas) == 3
 
 
-def test_adapters_on_the_text_connectors_are_refused_in_either_form(checkpoint, adapters, tmp_path):
+def test_adapters_on_the_text_connectors_or_a_second_transformer_are_refused(checkpoint, adapters, tmp_path):
     from safetensors.torch import load_file, save_file
 
     tensors = load_file(str(adapters["peft"]))
@@ -122,6 +128,8 @@ def test_adapters_on_the_text_connectors_are_refused_in_either_form(checkpoint, 
                    f"{connector_key}.lora_B.weight": torch.zeros(8, RANK)}, str(path))
         with pytest.raises(UserInputError, match="LTX-2's text connectors .* transformer only"):
             _loaded(checkpoint, str(path))
+    with pytest.raises(UserInputError, match="ltx-2 takes LoRA adapters into transformer, not transformer_2"):
+        _loaded(checkpoint, f"{adapters['peft']}:1:both")
 
 
 @pytest.mark.slow
