@@ -42,18 +42,22 @@ def write_peft_lora(path: Path, model: torch.nn.Module, layers: list[str], rank:
     return path
 
 
-def write_original_wan_lora(path: Path, model: torch.nn.Module, layers: dict[str, str], rank: int, alpha: float,
-                            seed: int, std: float = 0.3, bias: bool = True) -> Path:
-    """Wan's original form; `layers` maps the original layer names (blocks.0.self_attn.q) to the
-    diffusers layers that give their shapes (blocks.0.attn1.to_q). `bias`: a diff_b per layer."""
+def write_original_wan_lora(path: Path, model: torch.nn.Module, layers: dict[str, str], rank: int,
+                            alpha: float | None, seed: int, std: float = 0.3, bias: bool = True,
+                            parts: tuple[str, str] = ("lora_down", "lora_up")) -> Path:
+    """Wan's original form (and LTX-2's: the same keys); `layers` maps the original layer names
+    (blocks.0.self_attn.q) to the diffusers layers that give their shapes (blocks.0.attn1.to_q).
+    `alpha` None: no alpha keys; `bias`: a diff_b per layer; `parts`: the pair's key names. The
+    matrices are those write_peft_lora draws for the same layers, rank and seed."""
     generator = torch.Generator().manual_seed(seed)
     tensors = {}
     for original, layer in layers.items():
         linear = _linear(model, layer)
         down, up = _pair(generator, rank, linear.in_features, linear.out_features, std)
         key = f"diffusion_model.{original}"
-        tensors[f"{key}.lora_down.weight"], tensors[f"{key}.lora_up.weight"] = down, up
-        tensors[f"{key}.alpha"] = torch.tensor(float(alpha))
+        tensors[f"{key}.{parts[0]}.weight"], tensors[f"{key}.{parts[1]}.weight"] = down, up
+        if alpha is not None:
+            tensors[f"{key}.alpha"] = torch.tensor(float(alpha))
         if bias:
             tensors[f"{key}.diff_b"] = torch.randn(linear.out_features, generator=generator) * std
     save_file(tensors, str(path))
@@ -95,6 +99,34 @@ def write_wan_adapters(checkpoint: Path, folder: Path) -> tuple[Path, Path]:
     return (write_peft_lora(folder / "style.safetensors", model, WAN_PEFT_LAYERS, rank=3, alpha=5, seed=1),
             write_original_wan_lora(folder / "distill.safetensors", model, WAN_ORIGINAL_LAYERS, rank=2, alpha=7,
                                     seed=2))
+
+
+# LTX-2's original names (Lightricks' trainer) and the diffusers layers they became: the renamed
+# embeddings and modulations, attention of each stream and across streams, proj_in (split by the
+# sequence-parallel plan) and proj_out (gathered by it).
+LTX2_ORIGINAL_LAYERS = {
+    "patchify_proj": "proj_in", "audio_patchify_proj": "audio_proj_in", "adaln_single.linear": "time_embed.linear",
+    "audio_adaln_single.emb.timestep_embedder.linear_1": "audio_time_embed.emb.timestep_embedder.linear_1",
+    "av_ca_a2v_gate_adaln_single.linear": "av_cross_attn_video_a2v_gate.linear",
+    "av_ca_audio_scale_shift_adaln_single.emb.timestep_embedder.linear_2":
+        "av_cross_attn_audio_scale_shift.emb.timestep_embedder.linear_2",
+    "transformer_blocks.0.attn1.to_q": "transformer_blocks.0.attn1.to_q",
+    "transformer_blocks.1.audio_attn1.to_v": "transformer_blocks.1.audio_attn1.to_v",
+    "transformer_blocks.1.audio_to_video_attn.to_k": "transformer_blocks.1.audio_to_video_attn.to_k",
+    "transformer_blocks.2.video_to_audio_attn.to_out.0": "transformer_blocks.2.video_to_audio_attn.to_out.0",
+    "transformer_blocks.2.ff.net.0.proj": "transformer_blocks.2.ff.net.0.proj", "proj_out": "proj_out",
+}
+
+
+def write_ltx2_adapter(path: Path, model: torch.nn.Module, form: str, rank: int, alpha: float, seed: int) -> Path:
+    """One LTX-2 adapter on LTX2_ORIGINAL_LAYERS, the same matrices in every form: "peft" (diffusers'
+    keys and metadata), "original" (diffusion_model., lora_down/lora_up, alpha) or "original-ab"
+    (diffusion_model., lora_A/lora_B, no alpha keys: alpha = rank, as diffusers' loader reads it)."""
+    if form == "peft":
+        return write_peft_lora(path, model, list(LTX2_ORIGINAL_LAYERS.values()), rank, alpha, seed)
+    parts = ("lora_A", "lora_B") if form == "original-ab" else ("lora_down", "lora_up")
+    return write_original_wan_lora(path, model, LTX2_ORIGINAL_LAYERS, rank, alpha if form == "original" else None,
+                                   seed, bias=False, parts=parts)
 
 
 def write_hunyuan_adapter(checkpoint: Path, folder: Path) -> Path:

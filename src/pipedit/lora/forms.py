@@ -44,10 +44,13 @@ class Rename:
     """An original layer name (a regular expression, matched whole) and the diffusers names it
     became (templates with \\1 ...; a parameter or a layer). Several: the original's output rows
     in that order, each target taking its own row count; `name@k/n`: the k-th of n equal row parts
-    of `name` (HunyuanVideo's final modulation, whose shift and scale halves diffusers swaps)."""
+    of `name` (HunyuanVideo's final modulation, whose shift and scale halves diffusers swaps).
+    `refused`: no targets; a key matching `original` is refused as a LoRA on what this says (a
+    part of the model pipedit does not apply adapters to)."""
 
     original: str
     targets: tuple[str, ...]
+    refused: str = ""
 
     def match(self, name: str, kohya: bool) -> list[str] | None:
         pattern = self.original.replace(r"\.", "_") if kohya else self.original
@@ -140,6 +143,9 @@ def convert(tensors: dict[str, torch.Tensor], settings: dict, model: torch.nn.Mo
     for name, parts in groups.items():
         prefix, key = prefixes[name]
         kohya = prefix == KOHYA
+        refusal = next((r.refused for r in renames if r.refused and r.match(name, kohya) is not None), None)
+        if refusal:
+            raise UserInputError(f"{where}: its key {key!r} is a LoRA on {refusal}")
         targets = _targets(name, kohya, original, renames, layers, params, kohya_names)
         if targets is None:
             raise UserInputError(f"{where} does not fit this {type(model).__name__}: its key {key!r} matches no layer "
@@ -151,6 +157,8 @@ def convert(tensors: dict[str, torch.Tensor], settings: dict, model: torch.nn.Mo
 def _targets(name, kohya, original, renames, layers, params, kohya_names) -> list[str] | None:
     if original:
         for rename in renames:
+            if rename.refused:
+                continue
             found = rename.match(name, kohya)
             if found is not None:  # a layer this model lacks (a block beyond its depth) matches none
                 bases = [target.partition("@")[0] for target in found]

@@ -52,9 +52,15 @@ def lora_mixin(entry):
     return entry.load(entry.lora) if entry.lora is not None else None
 
 
+TRANSFORMERS = ("transformer", "transformer_2")  # the components pipedit applies adapters to
+
+
 def loadable(mixin) -> tuple[str, ...]:
-    """The components adapters go into: the mixin's, else the transformer alone."""
-    return tuple(mixin._lora_loadable_modules) if mixin is not None else ("transformer",)
+    """The transformers adapters go into: the mixin's (the other components a mixin loads into, as
+    LTX-2's text connectors, run outside the denoise ranks' switch and are not applied), else the
+    transformer alone."""
+    return tuple(m for m in mixin._lora_loadable_modules if m in TRANSFORMERS) if mixin is not None \
+        else ("transformer",)
 
 
 def run_adapter(index: int) -> str:

@@ -25,10 +25,8 @@ import torch
 
 from ..errors import InvalidRequestError
 from .host_copies import HostCopies
-from .inject import named_adapter, run_adapter
+from .inject import TRANSFORMERS, named_adapter, run_adapter
 from .spec import choose_loras
-
-TRANSFORMERS = ("transformer", "transformer_2")  # the components adapters go into
 
 
 def resolve(model_config, request) -> tuple[tuple[str, float], ...]:
