@@ -121,6 +121,13 @@ class AdapterHooks:
         runs this beside `decode`, on another decode rank where one is free."""
         return None
 
+    def saved_latents(self, latents: torch.Tensor, shape) -> Any:
+        """What `generate --save-latents` writes (torch.save) for one request's final latents and
+        VideoShape; asked of the config-only adapter (pipedit.adapter.model_inputs: no weights), so
+        it may read configs only. Default: the latents tensor itself (a model with sound: a dict
+        of its streams)."""
+        return latents
+
     def split_plan(self, latents: torch.Tensor, mode: int, parts: int) -> Any:
         """The plan of a split decode (pipedit.runtime.split_decode); only asked of a model whose
         split_units gave 2 or more."""

@@ -162,3 +162,17 @@ def test_base_offload_moves_nothing_on_cpu(demo_checkpoint):
 
     with Engine(EngineConfig(model=ModelConfig(path=str(demo_checkpoint), device="cpu"))) as engine:
         assert engine.executor.call("set_offload_idle", True) == [False]  # reported as offload_idle false
+
+
+def test_a_model_with_sound_and_guidance_passes_on_one_rank(tmp_path):
+    """LTX-2 (the demo, in process): a step runs four guidance passes (CFG's two, STG, modality
+    isolation), which the step rates count."""
+    from pipedit.bench.rates import model_spec, step_flops
+    from pipedit.integrations.ltx2.demo_checkpoint import write_demo_checkpoint
+
+    checkpoint = write_demo_checkpoint(tmp_path / "ltx2")
+    assert main(["bench", "latency", "--model-path", str(checkpoint), "--resolutions", "64x32", "--frames", "9",
+                 "--steps", "2", "--prompts", "1", "--methods", "base", "--ranks", "1", "--out", str(tmp_path / "out")]) == 0
+    [cell] = json.loads((tmp_path / "out" / "latency.json").read_text())["cells"]
+    assert cell["failures"] == [] and cell["layout"]["strategy"] == "none"
+    assert cell["flops"] == {"per_step": step_flops(model_spec(checkpoint), 32, 64, 9, 4), "cfg_branches": 4.0}

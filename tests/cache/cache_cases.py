@@ -89,7 +89,7 @@ def _serve_helper(worker, model_path: str, request: VideoRequest) -> dict:
 
     shape = AcoShape(attention.seq_len, 0, attention.head_dim, probe.transformer.dtype)
     for _ in range(request.steps):
-        worker.aco_serve(shape, calls)
+        worker.aco_serve(shape)
     return {"served": served, "calls": calls}
 
 

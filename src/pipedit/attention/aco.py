@@ -10,7 +10,10 @@ shape of call (joint, sparse self-attention, cross-attention).
 
 Invariant: both sides derive head counts from the same AcoPlan and buffer sizes from the header
 that precedes each request; every message between a pair of ranks is matched in issue order
-(one header, one request and one reply per pair per attention call).
+(one header, one request and one reply per pair per attention call). The runtime's helpers serve
+a denoising step until every source sends the end-of-forward header once (AcoAttention.end_forward):
+a step may run several transformer passes with different numbers of attention calls (a model's
+own guidance passes), or skip its tail (a step cache).
 
 Hazard (NCCL): a process group's batched P2P ops run on one stream in issue order. Posting
 helper B's header after helper A's request and reply would make B wait for A's reply, i.e. for
@@ -119,6 +122,7 @@ class AcoAttention(UlyssesAttention):
     def __init__(self, ctx, *, plan: AcoPlan, num_heads: int, chunk_heads: int | None = None,
                  backend: str = "auto") -> None:
         self.active = False
+        self._ended = False  # this forward's end-of-forward header is sent
         super().__init__(ctx, chunk_heads=chunk_heads, backend=backend, num_heads=num_heads)
         self.offloads = plan.offloads[ctx.rank]
         # Header tensors by value, built once: building one per call from a Python list is a
@@ -132,11 +136,19 @@ class AcoAttention(UlyssesAttention):
             self._headers[values] = torch.tensor(values, dtype=torch.int64, device=pq.device)
         return self._headers[values]
 
+    def set_active(self, active: bool) -> None:
+        """Helpers serve this rank's offloaded heads from now (a forward begins) until its
+        end_forward; False: every head is computed here."""
+        self.active = active
+        self._ended = False
+
     def end_forward(self) -> None:
-        """This forward makes no more attention calls (a step cache skips the rest): tells every
-        helper, which then stops serving it. A no-op while inactive (helpers serve no forward)."""
-        if not self.active or not self.offloads:
+        """This forward makes no more attention calls (a step cache skips the rest, or the step's
+        passes are done): tells every helper, which then stops serving it. Sent once per forward;
+        a no-op while inactive (helpers serve no forward)."""
+        if not self.active or not self.offloads or self._ended:
             return
+        self._ended = True
         device = self.ctx.device
         if END_OF_FORWARD not in self._headers:
             self._headers[END_OF_FORWARD] = torch.tensor(list(END_OF_FORWARD), dtype=torch.int64, device=device)
@@ -190,14 +202,15 @@ class AcoAttention(UlyssesAttention):
         return torch.cat(outs, dim=2), text
 
 
-def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, kernel: AttentionKernel,
+def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int | None, kernel: AttentionKernel,
                     device: torch.device, state: RankState | None = None) -> int:
-    """Helper side: answer up to `calls` attention calls, each with one request per (source,
-    heads); returns the calls served. Each request is one attention-kernel problem (the denoise
+    """Helper side: answer up to `calls` attention calls (None: until the end-of-forward header),
+    each with one request per (source, heads); returns the calls served. Each request is one attention-kernel problem (the denoise
     rank has already applied its joint text tokens and sparse layout), so every shape of call is
     served alike. An END_OF_FORWARD header from every source ends the forward early. `state`: the
     helper rank's (fault points, operation deadline)."""
-    for served in range(calls):
+    served = 0
+    while calls is None or served < calls:
         headers = [(src, heads, torch.empty(HEADER_FIELDS, dtype=torch.int64, device=device)) for src, heads in pairs]
         # Read on the host below; a late wake-up here delays the denoise ranks' attention call.
         p2p.post(recvs=[(header, src) for src, _, header in headers],
@@ -216,7 +229,8 @@ def serve_aco_calls(pairs: list[tuple[int, int]], shape: AcoShape, calls: int, k
             q, k, v, *mask = _unpack(buffer, shapes)
             replies.append((kernel(q, k, v, mask[0] > 0.5 if mask else None).contiguous(), src))
         p2p.post(sends=replies, op="Aco reply send", state=state).wait()
-    return calls
+        served += 1
+    return served
 
 
 def _ends_forward(headers: list[tuple[int, ...]], sources: list[int]) -> bool:

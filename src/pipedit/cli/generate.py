@@ -17,7 +17,8 @@ def add_parser(sub) -> None:
                                    f"take one ({', '.join(takers('image'))})")
     for spec in request_only_flags():  # --negative-prompt
         add_field_flag(p, spec)
-    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path")
+    p.add_argument("--save-latents", help="also save the final latents (torch.save) to this path; for a model "
+                                           "with sound a dict of the video's latents and audio_latents")
     add_engine_flags(p, seed_help="seed of the CPU torch.Generator that draws the initial noise")
     p.set_defaults(run=run)
 

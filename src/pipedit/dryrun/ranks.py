@@ -188,7 +188,6 @@ class WorldRun:
         self.aco_steps = [i for i in range(request.steps) if layout.aco and i % 2 == 0]
         self.cond: dict[str, torch.Tensor] = {}
         self.aco_shape = None
-        self.aco_calls = 0
         self.split_peaks: dict[int, int] = {}  # decode rank -> peak bytes during the split decode
         self.decode_budget: int | None = None  # the decode ranks' common budget (runtime.decode_budget)
         self.host_bytes: dict[int, int] = {}  # rank -> weights kept in host memory (RankResult.host_bytes)
@@ -307,7 +306,7 @@ class WorldRun:
         worker = self._worker(DenoiseWorker, rank, counter)
         worker.begin(self.request, _received(self.cond))
         if rank == 0 and self.layout.aco:
-            self.aco_shape, self.aco_calls = worker.aco_shape(self.request), worker.aco_calls()
+            self.aco_shape = worker.aco_shape(self.request)
         counter.tag_live_as_state()
         for step in range(self.request.steps):
             worker.step(aco=step in self.aco_steps)
@@ -328,7 +327,7 @@ class WorldRun:
 
         worker = self._worker(DecodeWorker, rank, counter)
         for _ in self.aco_steps:
-            worker.aco_serve(self.aco_shape, self.aco_calls)
+            worker.aco_serve(self.aco_shape)
             counter.tag_live_as_state()
         decode_peak = _peak_during(counter, lambda: worker.decode(self.request, None))
         if rank == self.layout.text_rank:  # the next request's encode runs beside this decode

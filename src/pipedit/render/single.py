@@ -37,6 +37,15 @@ def _show(bar: tqdm, event: RequestEvent) -> None:
         bar.close()
 
 
+def _saved_latents(config: EngineConfig, latents: torch.Tensor, request: VideoRequest):
+    """The model's own form of its final latents (AdapterHooks.saved_latents), from its configs."""
+    from ..adapter import model_inputs
+    from ..runtime.engine import resolve_model_path
+
+    adapter = model_inputs(resolve_model_path(config.model.path, config.model.name), config.model.name)
+    return adapter.saved_latents(latents, request.shape)
+
+
 def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_path: str | None = None, *,
                      image_path: Path | None = None, **values) -> Path:
     """Everything the user gave is checked before any weights load: the output name, the image
@@ -53,5 +62,5 @@ def generate_to_file(config: EngineConfig, prompt: str, output: Path, latents_pa
             result = engine.generate(request, on_event=lambda event: _show(bar, event))
     if latents_path:
         Path(latents_path).parent.mkdir(parents=True, exist_ok=True)
-        torch.save(result.latents, latents_path)
+        torch.save(_saved_latents(config, result.latents, request), latents_path)
     return write_mp4(result.frames, output, fps=config.generation.fps, sound=result.sound)

@@ -105,11 +105,12 @@ class DecodeWorker(RankWorker):
             raise CommunicationError(f"latent handoff receive from rank 0 failed: {error}") from error
         return received
 
-    def aco_serve(self, shape: AcoShape, calls: int) -> int:
-        """Serve `calls` attention calls (one transformer forward) for the denoise ranks."""
+    def aco_serve(self, shape: AcoShape) -> int:
+        """Serve the attention calls of one denoising step (or timed forward) for the denoise
+        ranks, until they send its end (a step may run several transformer passes)."""
         if self.aco_pairs:
             self.state.faults.enter(phase="aco")
-            serve_aco_calls(self.aco_pairs, shape, calls, self.kernel, self.device, self.state)
+            serve_aco_calls(self.aco_pairs, shape, None, self.kernel, self.device, self.state)
             self.state.deadline.settle()
         return len(self.aco_pairs)
 

@@ -50,7 +50,6 @@ class RequestPipeline:
         self.sound = sound  # the model makes sound (capabilities.has_sound): see .sound_decode
         self.aco_mode = aco  # the engine's policy; runs may override it
         self.aco_choice: dict[AcoShape, bool] = {}  # attention shape (text_len 0) -> Aco pays
-        self.aco_calls: int | None = None  # attention calls per forward, asked once
         self.split_units: dict = {}  # VideoShape -> units of a split decode, asked once per shape
         # model.compile: the graph keys (video shape, guidance, image; compile.graph_key) this rank
         # group has compiled graphs for (None: eager).
@@ -383,9 +382,7 @@ class _Run:
         If a denoise rank fails inside this forward, the helpers wait for messages that never
         come: the failure (or their own operation deadline) breaks the run and the rebuild kills
         them, so no stale helper call runs beside the next request's."""
-        if self.s.aco_calls is None:
-            self.s.aco_calls = self.ex.call_rank(0, "aco_calls", timeout=self.deadlines.call_s)
-        helpers = [self.ex.submit_rank(r, "aco_serve", shape, self.s.aco_calls) for r in self.layout.decode_ranks]
+        helpers = [self.ex.submit_rank(r, "aco_serve", shape) for r in self.layout.decode_ranks]
         denoise = self.ex.submit(method, arg)
         return self.ex.get(denoise + helpers, self.deadlines.call_s)[: self.layout.denoise]
 

@@ -109,10 +109,6 @@ class DenoiseWorker(RankWorker):
         """Bytes this rank's first swap of offloaded weights reads from their files (0: none)."""
         return self.adapter.first_swap_bytes()
 
-    def aco_calls(self) -> int:
-        """Attention calls per transformer forward that Aco helpers must serve."""
-        return self.sp.attention_calls if self.sp is not None else 0
-
     # -- one request ----------------------------------------------------------------------
     def begin(self, request: VideoRequest, cond: dict[str, torch.Tensor]) -> int:
         self.adapter.validate(request.shape, request.steps)
@@ -134,6 +130,7 @@ class DenoiseWorker(RankWorker):
         try:
             with self.cache.running(self.job.cache):
                 self.job.step(self.adapter)
+            self._end_aco_forward(aco)
             self.state.deadline.settle()  # device-side ops of this step completed in time
             # The step's end, and only there (never inside it): the driver's clock, which times
             # steps, deadlines and denoise_s, then covers the device work. After settle: no
@@ -151,7 +148,12 @@ class DenoiseWorker(RankWorker):
         if active and not (self.sp is not None and self.sp.aco_capable):
             raise RuntimeError("this world has no Aco helpers (no decode ranks, or ring > 1)")
         if self.sp is not None and self.sp.aco_capable:
-            self.sp.strategy.active = active
+            self.sp.strategy.set_active(active)
+
+    def _end_aco_forward(self, aco: bool) -> None:
+        """The Aco helpers serve a step until this end (unless a step cache's skip ended it)."""
+        if aco:
+            self.sp.strategy.end_forward()
 
     def job_report(self) -> dict[str, float]:
         """The current job's timings besides seconds: `cfg_branches`, the guidance branches a step
@@ -176,6 +178,7 @@ class DenoiseWorker(RankWorker):
             start = time.perf_counter()
             timestep = job.timesteps[job.steps_done]
             job.predict(job.latents, timestep, job.cond, self.adapter.guidance_scale_at(job.request, timestep))
+            self._end_aco_forward(aco)
             self.state.deadline.settle()  # as a step does: a timed forward's ops are checked, then forgotten
             device_time.wait_for_device(self.device)
             return time.perf_counter() - start
