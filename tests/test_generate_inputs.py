@@ -71,7 +71,7 @@ def test_inputs_hunyuan_video_does_not_take_are_refused_naming_the_models_that_d
                           "--image", write_image(tmp_path / "first.webp", "WEBP"))
     assert code == 2 and "takes no image" in err and "WanImageToVideoPipeline" in err
     code, err = _generate(capsys, tmp_path, "--model-path", demo_checkpoint, "--negative-prompt", NEGATIVE)
-    assert code == 2 and "negative_prompt is not supported" in err and "(wan, opensora-plan)" in err
+    assert code == 2 and "negative_prompt is not supported" in err and "(wan, opensora-plan, ltx-2)" in err
     code, err = _generate(capsys, tmp_path, "--model-path", demo_checkpoint, "--height", "100")
     assert code == 2 and "multiples of 16" in err  # shapes, too, are checked from the configs
 

@@ -41,4 +41,4 @@ def test_every_adapter_inherits_the_hooks(adapter_class, branches):
 
 def test_sampling_params_come_from_the_request():
     request = VideoRequest("a fox", height=16, width=16, num_frames=1, steps=7)
-    assert SamplingParams.of(request) == SamplingParams(steps=7)
+    assert SamplingParams.of(request) == SamplingParams(height=16, width=16, num_frames=1, steps=7)

@@ -70,7 +70,7 @@ def test_lines_the_model_cannot_take_fail_alone_naming_their_line_and_the_models
     ])
     code = main(["render", str(prompts), "--out-dir", str(tmp_path / "out"), "--model-path", str(demo_checkpoint)])
     assert code == 1
-    expected = {2: "WanImageToVideoPipeline", 3: "(wan, opensora-plan)", 4: "is a GIF image", 5: "does not exist"}
+    expected = {2: "WanImageToVideoPipeline", 3: "(wan, opensora-plan, ltx-2)", 4: "is a GIF image", 5: "does not exist"}
     entries = {entry["line"]: entry for entry in read_manifest(tmp_path / "out")}
     assert {n: e["status"] for n, e in entries.items()} == dict.fromkeys(expected, "failed")
     rows = capsys.readouterr().out.splitlines()
