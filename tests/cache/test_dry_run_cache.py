@@ -17,6 +17,7 @@ def test_dry_run_records_the_cache_agreement(tmp_path, capsys, demo_checkpoint):
     sp = next(g for g in report["collectives"] if g.get("members") == [0, 1] and "calls" in g)
     reduces = [[c for c in sp["calls"][rank] if c.startswith("all_reduce")] for rank in ("0", "1")]
     assert reduces[0] == reduces[1] == ["all_reduce(float32[2])"] * 2  # steps 1 and 2 (step 0 has no reference)
-    # Aco steps 0 and 2: step 0 computes (4 calls), step 2 skips after block 0 (1 call, then the end header).
+    # Aco steps 0 and 2, each closed by the end header: step 0 computes (4 calls), step 2 skips after
+    # block 0 (1 call, its end header sent at the skip and not again at the step's end).
     to_helper = next(g for g in report["collectives"] if g.get("members") == [0, 2] and "p2p_sends" in g)
-    assert to_helper["p2p_sends"].count("int64[4]") == 4 + 1 + 1
+    assert to_helper["p2p_sends"].count("int64[4]") == (4 + 1) + (1 + 1)
