@@ -88,12 +88,28 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
 # tests, which share one Ray cluster of three nodes, run on one worker too. Each worker has its own
 # session Ray. The modules with a `slow` test are handed out first, so that none of them starts
 # last and ends the run alone.
-@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups
+def _scope(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return "tests/cluster" if path.startswith("tests/cluster/") else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """The scheduler handing out whole modules (`_scope`). xdist's loadgroup reads the groups from
+    a suffix its workers add to each test's node id, which pytest 9.2 no longer lets a plugin set
+    (a node id is built from the item's own path): every test would be handed out alone."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(nodeid)
+
+    return ModuleScheduling(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     if not hasattr(config, "workerinput"):  # not an xdist worker: collection order unchanged
         return
-    for item in items:
-        path = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group("tests/cluster" if path.startswith("tests/cluster/") else path))
-    slow = {item.nodeid.split("::", 1)[0] for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.nodeid.split("::", 1)[0] not in slow)  # stable: same order on every worker
+    slow = {_scope(item.nodeid) for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: _scope(item.nodeid) not in slow)  # stable: same order on every worker
