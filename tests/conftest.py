@@ -93,6 +93,7 @@ def _scope(nodeid: str) -> str:
     return "tests/cluster" if path.startswith("tests/cluster/") else path
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: unknown when pytest runs without the plugin
 def pytest_xdist_make_scheduler(config, log):
     """The scheduler handing out whole modules (`_scope`). xdist's loadgroup reads the groups from
     a suffix its workers add to each test's node id, which pytest 9.2 no longer lets a plugin set

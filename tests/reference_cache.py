@@ -12,7 +12,8 @@ the sound, `.audio`, of a model with sound) stored under a key of everything the
 - the versions of diffusers, transformers, peft, torch and av, and torch's thread count.
 
 A changed pin, checkpoint or argument is another key: the reference is recomputed. A call with an
-argument that has no stable description (a callback) runs the pipeline every time. The folder is
+argument that has no stable description (a callback), or on a pipeline with diffusers hooks (a step
+cache a test watches decide), runs the pipeline every time. The folder is
 $PIPEDIT_CACHE/test-references (pipedit.local_cache's default otherwise); deleting it is always
 safe. Caveat: a cached call leaves the generator it was given where it was, unadvanced.
 """
@@ -58,6 +59,10 @@ def pipeline_digest(pipe) -> str:
     for name, component in sorted(pipe.components.items()):
         digest.update(name.encode())
         if isinstance(component, torch.nn.Module):
+            # A diffusers hook (a step cache's, an offload's) changes what a call does, and a test may
+            # watch it run: such a pipeline's calls always run.
+            if any(getattr(getattr(m, "_diffusers_hook", None), "hooks", None) for m in component.modules()):
+                raise Uncacheable(f"{type(component).__name__} with diffusers hooks")
             for key, tensor in component.state_dict().items():
                 digest.update(key.encode())
                 _update_with_tensor(digest, tensor)
