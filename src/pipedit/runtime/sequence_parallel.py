@@ -37,13 +37,12 @@ def strategy_name(parallel: ParallelConfig) -> str:
 
 class SequenceParallelRuntime:
     def __init__(self, ctx: ParallelContext, strategy, parallel: ParallelConfig, dtype: torch.dtype,
-                 attention_calls: int, aco_capable: bool):
+                 aco_capable: bool):
         self.kernels = None  # the KernelChoice the strategy runs (set by install)
         self.ctx = ctx
         self.strategy = strategy
         self.parallel = parallel
         self.dtype = dtype
-        self.attention_calls = attention_calls  # sequence-parallel attention calls per forward
         self.aco_capable = aco_capable
         self.chosen_chunks: dict[AttentionShape, int | None] = {}  # PipeSP chunk per attention shape
 
@@ -64,8 +63,8 @@ class SequenceParallelRuntime:
         if layout.aco:
             options["plan"] = plan_aco(adapter.num_heads, layout.denoise_ranks, layout.decode_ranks)
         strategy = get_attention_strategy(name, ctx, **options)
-        calls = adapter.enable_sequence_parallel(ctx, strategy)
-        runtime = cls(ctx, strategy, parallel, adapter.compute_dtype, calls, layout.aco)
+        adapter.enable_sequence_parallel(ctx, strategy)
+        runtime = cls(ctx, strategy, parallel, adapter.compute_dtype, layout.aco)
         runtime.kernels = choose_kernels(ctx, adapter.compute_dtype, attention, probe_shape(adapter, ctx))
         strategy.kernel.use(runtime.kernels)
         if hasattr(strategy, "lse_kernel"):
