@@ -93,8 +93,11 @@ def test_a_node_lost_under_load_loses_no_job(cluster, served):
     try:
         ids = [_post(f"{url}/v1/videos", {"prompt": f"job {i}", **JOB})["id"] for i in range(6)]
         _wait(lambda: len({r.owner for r in store.unfinished() if r.owner}) == 2, timeout=120, every=0.1)
-        held = {r.id: r.owner for r in store.unfinished() if r.owner}
-        victim = next(w for w in cluster.workers if w.node_id in set(_replica_nodes().values()))
+        replicas = _replica_pids()  # node id -> the replica's process id, which its jobs' owner names
+        held = {r.id: r.owner for r in store.unfinished() if r.owner}  # at the loss: a replica moves on as it finishes
+        holding = {_owner_pid(owner) for owner in held.values()}
+        victim = next(w for w in cluster.workers if replicas.get(w.node_id) in holding)
+        lost_pid = replicas[victim.node_id]
         lost_replica = next(a for a, n in _replica_nodes().items() if n == victim.node_id)
         cluster.nodes.remove_node(victim, allow_graceful=False)
         cluster.workers.remove(victim)
@@ -113,8 +116,10 @@ def test_a_node_lost_under_load_loses_no_job(cluster, served):
         rows = [store.get(i) for i in ids]
         assert all(r.status == "completed" and r.progress == 100 for r in rows)
         assert sorted(p.name for p in (data / "videos").iterdir()) == sorted(f"{i}.mp4" for i in ids)  # once each
+        # The lost node's jobs ran again on the other replica; none the other replica held at the loss did.
         rerun = [r for r in rows if r.attempt > 1]
-        assert rerun and all(held.get(r.id) and held[r.id] != r.owner for r in rerun)  # the lost node's jobs
+        assert rerun and all(_owner_pid(r.owner) != lost_pid for r in rerun), (lost_pid, rerun)
+        assert all(_owner_pid(held[r.id]) == lost_pid for r in rerun if r.id in held), (lost_pid, held, rerun)
         print(f"node lost -> last job done: {recovered_s:.1f} s (lease {LEASE_S:g} s); /healthz "
               f"{probes.summary()}, saying {sorted(said)}; re-run: {len(rerun)} job(s); lost replica "
               f"{lost_replica[:8]}")
@@ -133,6 +138,21 @@ def test_a_node_lost_under_load_loses_no_job(cluster, served):
         store.close()
         if len(cluster.workers) < 2:  # the next tests need two worker nodes
             cluster.add_worker()
+
+
+def _replica_pids() -> dict[str, int]:
+    """Node id -> the process id of the live replica there (Ray's state API)."""
+    import ray
+    from ray.util.state import list_actors
+
+    return {a.node_id: a.pid for a in list_actors(
+        address=ray.get_runtime_context().gcs_address, limit=100,
+        filters=[("class_name", "=", REPLICA_CLASS), ("state", "=", "ALIVE")])}
+
+
+def _owner_pid(owner: str) -> int:
+    """The process id in a job's owner, "<replica>@<host>:<pid>:<tag>" (serve/ray_app/deployment.py)."""
+    return int(owner.rsplit("@", 1)[1].split(":")[1])
 
 
 def _reason(url: str) -> str:
