@@ -28,7 +28,7 @@ def test_released_wan_configs_have_the_planners_parameter_counts(tmp_path):
 def test_one_rank_of_wan_1_3b_from_the_released_configs(tmp_path, capsys):
     config = tmp_path / "config.yaml"
     config.write_text("model:\n  dtype: bfloat16\ngeneration:\n  height: 64\n  width: 64\n  num_frames: 5\n")
-    assert main(["dry-run", "--config", str(config), "--model", "wan-1.3b", "--json"]) == 0
+    assert main(["dry-run", "--config", str(config), "--model", "wan-1.3b", "--steps", "1", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["released_configs"] and report["model"] == "wan-1.3b"
     (rank,) = report["ranks"]
