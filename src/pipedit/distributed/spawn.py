@@ -98,9 +98,12 @@ def _child(
     env: dict[str, str],
 ) -> None:
     # Hazard: a forked rank inherits the fork server's environment from when it started; the
-    # caller's is put back first. Modules the server imported read theirs at the server's start.
+    # caller's is put back first. Modules the server imported read theirs at the server's start;
+    # torch.distributed's debug level (TORCH_DISTRIBUTED_DEBUG: DETAIL adds a monitored barrier to
+    # every collective) is read again here.
     os.environ.clear()
     os.environ.update(env)
+    dist.set_debug_level_from_env()
     torch.set_num_threads(1)
     try:
         dist.init_process_group(
