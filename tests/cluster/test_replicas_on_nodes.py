@@ -48,14 +48,18 @@ def _wait(condition, timeout: float, every: float = 0.5):
         time.sleep(every)
 
 
-def _replica_nodes() -> dict[str, str]:
-    """Live replica actor id -> node id (Ray's state API)."""
+def _live_replicas() -> list:
+    """The live replica actors (Ray's state API): actor_id, node_id, pid."""
     import ray
     from ray.util.state import list_actors
 
-    return {a.actor_id: a.node_id for a in list_actors(
-        address=ray.get_runtime_context().gcs_address, limit=100,
-        filters=[("class_name", "=", REPLICA_CLASS), ("state", "=", "ALIVE")])}
+    return list_actors(address=ray.get_runtime_context().gcs_address, limit=100,
+                       filters=[("class_name", "=", REPLICA_CLASS), ("state", "=", "ALIVE")])
+
+
+def _replica_nodes() -> dict[str, str]:
+    """Live replica actor id -> node id."""
+    return {a.actor_id: a.node_id for a in _live_replicas()}
 
 
 @pytest.fixture(scope="module")
@@ -93,12 +97,11 @@ def test_a_node_lost_under_load_loses_no_job(cluster, served):
     try:
         ids = [_post(f"{url}/v1/videos", {"prompt": f"job {i}", **JOB})["id"] for i in range(6)]
         _wait(lambda: len({r.owner for r in store.unfinished() if r.owner}) == 2, timeout=120, every=0.1)
-        replicas = _replica_pids()  # node id -> the replica's process id, which its jobs' owner names
+        replicas = {a.node_id: a for a in _live_replicas()}  # a job's owner names its replica's process id
         held = {r.id: r.owner for r in store.unfinished() if r.owner}  # at the loss: a replica moves on as it finishes
         holding = {_owner_pid(owner) for owner in held.values()}
-        victim = next(w for w in cluster.workers if replicas.get(w.node_id) in holding)
-        lost_pid = replicas[victim.node_id]
-        lost_replica = next(a for a, n in _replica_nodes().items() if n == victim.node_id)
+        victim = next(w for w in cluster.workers if w.node_id in replicas and replicas[w.node_id].pid in holding)
+        lost_pid, lost_replica = replicas[victim.node_id].pid, replicas[victim.node_id].actor_id
         cluster.nodes.remove_node(victim, allow_graceful=False)
         cluster.workers.remove(victim)
         lost_at, probes, failed, said = time.monotonic(), ProbeTimes(), [], set()
@@ -138,16 +141,6 @@ def test_a_node_lost_under_load_loses_no_job(cluster, served):
         store.close()
         if len(cluster.workers) < 2:  # the next tests need two worker nodes
             cluster.add_worker()
-
-
-def _replica_pids() -> dict[str, int]:
-    """Node id -> the process id of the live replica there (Ray's state API)."""
-    import ray
-    from ray.util.state import list_actors
-
-    return {a.node_id: a.pid for a in list_actors(
-        address=ray.get_runtime_context().gcs_address, limit=100,
-        filters=[("class_name", "=", REPLICA_CLASS), ("state", "=", "ALIVE")])}
 
 
 def _owner_pid(owner: str) -> int:

@@ -68,23 +68,22 @@ def run_on_gloo_ranks(
         results.close()
 
 
+# What every rank function imports; a module missing here is imported by the rank itself.
+_PRELOAD = ("torch", "torch.distributed", "diffusers", "diffusers.models.transformers", "diffusers.models.autoencoders",
+            __name__)
+
+
 def _rank_context():
-    """Ranks fork from a server process that imported torch and diffusers once (multiprocessing's
-    forkserver, started at the first call and kept for this process's life): a rank starts in a
-    fraction of a second instead of importing them again (about 2 CPU-seconds each; the attention
-    and Wan parallel tests went from 77 to 12 CPU-seconds). The server
-    only imports, it never runs torch ops, so no thread pool is forked; on platforms without fork,
-    a fresh interpreter per rank."""
+    """Ranks fork from a server process that imported _PRELOAD once (multiprocessing's forkserver,
+    started at the first call and kept for this process's life): a rank starts in a fraction of a
+    second instead of importing torch and diffusers again (about 2 CPU-seconds each; the attention
+    and Wan parallel tests went from 77 to 12 CPU-seconds). The server only imports, it never runs
+    torch ops, so no thread pool is forked; on platforms without fork, a fresh interpreter per rank."""
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
     ctx = mp.get_context("forkserver")
     ctx.set_forkserver_preload(list(_PRELOAD))
     return ctx
-
-
-# What every rank function imports; a module missing here is imported by the rank itself.
-_PRELOAD = ("torch", "torch.distributed", "diffusers", "diffusers.models.transformers", "diffusers.models.autoencoders",
-            __name__)
 
 
 def _child(
