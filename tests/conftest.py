@@ -43,15 +43,26 @@ def diffusers_pipeline(demo_checkpoint):
 
 @pytest.fixture(scope="session")
 def ray_session():
-    """One local Ray instance for the whole test session (starting Ray costs seconds), found as
-    every command finds its own (RAY_ADDRESS, else a new one; never one a killed run left)."""
+    """One local Ray instance for the whole test session (starting Ray costs seconds)."""
     import ray
 
-    from pipedit.runtime.ray_instance import connect_ray
+    from session_ray import connect_session_ray
 
-    connect_ray(num_cpus=4)
+    connect_session_ray()
     yield ray
     ray.shutdown()  # this process's session; the instance too when it is ours
+
+
+@pytest.fixture(scope="session", autouse=True)
+def reused_rank_processes():
+    """An engine's Ray rank processes go on to a later engine with the same ranks
+    (pipedit.runtime.kept_ranks: a rank process's start costs seconds of imports, which made half
+    the suite's CPU time). Groups kept idle hold up to KEEP_AT_MOST_RANKS of the session Ray's
+    logical CPUs (ray_session has room for them beside any test's own)."""
+    from pipedit.runtime.kept_ranks import reuse_rank_processes
+
+    with reuse_rank_processes():
+        yield
 
 
 @pytest.fixture(scope="session")

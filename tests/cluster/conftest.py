@@ -15,6 +15,16 @@ WORKER_CPUS = 3  # one 2-rank replica (its bundle and two ranks), or one node's 
 FAST_NODE_DEATH = {"health_check_period_ms": 1000, "health_check_failure_threshold": 3}
 
 
+@pytest.fixture(autouse=True)
+def no_rank_group_kept():
+    """The worker nodes have room for one test's ranks: a rank group kept idle after a test
+    (pipedit.runtime.kept_ranks) would hold a worker's CPUs from the next one."""
+    from pipedit.runtime.kept_ranks import end_kept
+
+    yield
+    end_kept()
+
+
 def _free_port() -> int:
     import socket
 
@@ -28,10 +38,12 @@ def cluster(engines):
     import ray
     from ray.cluster_utils import Cluster
 
-    from pipedit.runtime.ray_instance import connect_ray
+    from pipedit.runtime.kept_ranks import end_kept
+    from session_ray import connect_session_ray
 
     had_ray = ray.is_initialized()  # another folder's ray_session: give it back afterwards
     engines.close()  # their rank actors live in the Ray that ends here
+    end_kept()  # and those kept idle
     ray.shutdown()
     saved_address = os.environ.pop("RAY_ADDRESS", None)
     nodes = Cluster()
@@ -60,4 +72,4 @@ def cluster(engines):
             if saved_address is not None:
                 os.environ["RAY_ADDRESS"] = saved_address
             if had_ray:
-                connect_ray(num_cpus=4)
+                connect_session_ray()

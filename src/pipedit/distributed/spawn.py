@@ -5,7 +5,9 @@ from __future__ import annotations
 import io
 import os
 import queue
+import shutil
 import socket
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -45,7 +47,10 @@ def run_on_gloo_ranks(
         raise ValueError(f"world_size must be >= 1, got {world_size}")
     ctx = _rank_context()
     results: Any = ctx.Queue()
-    init = f"tcp://127.0.0.1:{free_tcp_port()}"
+    # A file store in a new folder: a TCP store's port, chosen free here, may be taken by another
+    # process before rank 0 binds it (EADDRINUSE, seen on busy machines).
+    store_dir = tempfile.mkdtemp(prefix="pipedit-gloo-")
+    init = f"file://{store_dir}/store"
     env = dict(os.environ)  # the caller's environment now, not the fork server's at its start
     procs = [
         ctx.Process(
@@ -66,6 +71,7 @@ def run_on_gloo_ranks(
             if proc.is_alive():
                 proc.kill()
         results.close()
+        shutil.rmtree(store_dir, ignore_errors=True)
 
 
 # What every rank function imports; a module missing here is imported by the rank itself.

@@ -137,8 +137,10 @@ class Engine:
         return outcome
 
     def close(self) -> None:
+        """Ends the rank group; one that closes cleanly inside kept_ranks.reuse_rank_processes() is
+        kept for the next engine with the same ranks."""
         if self.executor is not None:
-            self.executor.close()
+            self.executor.close(keep_ranks=True)
 
     def __enter__(self) -> "Engine":
         return self

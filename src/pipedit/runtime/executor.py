@@ -10,6 +10,7 @@ once and hands the same one to every rank group it starts, so that they share on
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import tempfile
@@ -20,12 +21,16 @@ from ..config import EngineConfig
 from ..distributed.devices import check_distinct_gpus
 from ..distributed.interfaces import socket_interface_env
 from ..errors import UserInputError
+from . import kept_ranks
 from .decode_worker import DecodeWorker
 from .layout import WorldLayout
 from .rank import CPU_THREADS_ENV, cpu_threads_per_rank
 from .ray_instance import ensure_ray, stop_ray
 from .rank_failure import RankGroupError, leaves_group_intact
 from .worker import DenoiseWorker
+
+_log = logging.getLogger(__name__)
+
 
 class InProcessExecutor:
     def __init__(self, config: EngineConfig, model_path: str, layout: WorldLayout, fault_env: dict[str, str]):
@@ -42,7 +47,7 @@ class InProcessExecutor:
     def call_all(self, method: str, *args: Any, timeout: float | None = None) -> list[Any]:
         return self.call(method, *args)
 
-    def close(self) -> None:
+    def close(self, keep_ranks: bool = False) -> None:  # in this process: nothing to keep
         self.worker.close()
 
 
@@ -59,30 +64,60 @@ class RayExecutor:
         self._started_ray = ensure_ray(layout.world_size)
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
-        self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
         env = rank_env(fault_env, layout.ranks_per_node)
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
+        self._failed = False  # a call failed or hung: the group is never kept
+        kinds = tuple(_worker_class(layout, rank).__name__ for rank in range(layout.world_size))
+        keepable = not fault_env and not self._started_ray
+        self._kept_key = kept_ranks.group_key(kinds, layout.nodes, use_gpu, env) if keepable else None
+        self._demand = (layout.world_size, layout.world_size if use_gpu else 0)  # (CPUs, GPUs) its placement holds
+        self._group, self._own_group = None, False
         try:
-            self._start(config, model_path, layout, use_gpu, env)
+            if not self._reuse_kept(config, layout):
+                if self._kept_key is not None:  # groups kept idle may hold the room this one needs
+                    kept_ranks.make_room(*self._demand)
+                self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
+                self._start_actors(config, layout, use_gpu, env)
+            self._start(config, model_path)
         except BaseException:
             self.close()  # no actor or GPU reservation outlives a failed start
             raise
 
-    def _start(self, config: EngineConfig, model_path: str, layout: WorldLayout, use_gpu: bool, env: dict) -> None:
+    def _reuse_kept(self, config: EngineConfig, layout: WorldLayout) -> bool:
+        """Takes the kept rank group matching this one (kept_ranks), each rank starting anew as this
+        group's; False where none matches, or where the kept one's processes did not answer (then
+        they are ended, and the caller starts new ones)."""
+        kept = kept_ranks.take(self._kept_key)
+        if kept is None:
+            return False
+        self._group, self._bundle_of, self._own_group, self.actors = kept.group, kept.bundle_of, True, kept.actors
+        try:
+            self.get([actor.rebind.remote(config, layout, rank) for rank, actor in enumerate(self.actors)],
+                     config.reliability.rebuild_timeout_s)
+        except RankGroupError as error:
+            _log.warning("a kept rank group did not answer (%s); starting new rank processes", error)
+            kept_ranks.end_group(self.actors, self._group)
+            self.actors, self._group, self._calls, self._failed = [], None, {}, False
+            return False
+        return True
+
+    def _start_actors(self, config: EngineConfig, layout: WorldLayout, use_gpu: bool, env: dict) -> None:
         ray = self._ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         for rank in range(layout.world_size):
-            decode = rank >= layout.denoise
+            worker = _worker_class(layout, rank)
             # Decode actors take a second call while decoding (prompt encoding for the next request).
             actor_class = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0,
-                                     max_concurrency=2 if decode else 1)(DecodeWorker if decode else DenoiseWorker)
+                                     max_concurrency=2 if worker is DecodeWorker else 1)(worker)
             self.actors.append(actor_class.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     self._group, placement_group_bundle_index=self._bundle_of(rank)),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
+
+    def _start(self, config: EngineConfig, model_path: str) -> None:
         limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
         check_distinct_gpus(self.get([actor.identity.remote() for actor in self.actors], limit))
         # Each rank reads the model from its own node's disk (the demo model is built there).
@@ -96,6 +131,13 @@ class RayExecutor:
         """The results of `refs` (one ref or a list). Fails as soon as any call fails: a user
         error as itself (exit code 2, HTTP 4xx), anything else as RankGroupError naming the rank
         (died, raised, or, past `timeout` seconds, hung)."""
+        try:
+            return self._get(refs, timeout)
+        except RankGroupError:
+            self._failed = True
+            raise
+
+    def _get(self, refs, timeout: float | None):
         ray = self._ray
         single = not isinstance(refs, list)
         waiting = [refs] if single else list(refs)
@@ -166,17 +208,48 @@ class RayExecutor:
         done, _ = self._ray.wait(refs, num_returns=1, timeout=timeout)
         return done[0] if done else None
 
-    def close(self) -> None:
-        """Kills every rank process: also what clears an op stuck on a communicator."""
-        from ray.util.placement_group import remove_placement_group
-
-        for actor in self.actors:
-            self._ray.kill(actor, no_restart=True)
-        if self._own_group:  # not the Serve replica's
-            remove_placement_group(self._group)
+    def close(self, keep_ranks: bool = False) -> None:
+        """Kills every rank process: also what clears an op stuck on a communicator. `keep_ranks`
+        (an engine's own close, its work done): inside kept_ranks.reuse_rank_processes(), a clean
+        group is kept instead, for the next group of the same ranks."""
+        kept = keep_ranks and self._kept_key is not None and self._clean() and self._release()
+        if kept:
+            kept_ranks.keep(kept_ranks.KeptGroup(self._kept_key, self._group, self._bundle_of, self.actors,
+                                                 self._demand))
+        else:
+            kept_ranks.end_group(self.actors, self._group if self._own_group else None)  # not a replica's
         if self._rendezvous.startswith("file://"):  # rank 0's file store, on this machine
             shutil.rmtree(os.path.dirname(self._rendezvous.removeprefix("file://")), ignore_errors=True)
         stop_ray(self._started_ray)
+
+    def _clean(self) -> bool:
+        """No call failed, and every call sent has finished without an error."""
+        if self._failed or not self.actors:
+            return False
+        outstanding = list(self._calls)
+        done, _ = self._ray.wait(outstanding, num_returns=len(outstanding), timeout=0) if outstanding else ([], [])
+        if len(done) < len(outstanding):
+            return False
+        try:
+            self._ray.get(done)
+        except Exception:  # noqa: BLE001 - a failure nobody collected: not a group to keep
+            return False
+        return True
+
+    def _release(self) -> bool:
+        """Each rank ends its process group and drops its model; False if one does not answer."""
+        try:
+            self.get([actor.release.remote() for actor in self.actors], _RELEASE_TIMEOUT_S)
+        except (RankGroupError, UserInputError):
+            return False
+        return True
+
+
+_RELEASE_TIMEOUT_S = 60.0  # ending a process group and dropping a model: well under a second
+
+
+def _worker_class(layout: WorldLayout, rank: int) -> type:
+    return DecodeWorker if rank >= layout.denoise else DenoiseWorker
 
 
 def _now() -> float:

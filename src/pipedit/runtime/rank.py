@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import re
 import resource
+import sys
 from collections.abc import Mapping
 from dataclasses import asdict, replace
 from datetime import timedelta
@@ -228,8 +230,13 @@ class RankWorker:
         return torch.get_num_threads()
 
     def peak_host_rss_bytes(self) -> int:
-        """Peak resident host memory of this rank's process (loading included)."""
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+        """Peak resident host memory of this rank's process since it became this rank (loading
+        included) or since the last reset_peak_memory: Linux's VmHWM, which rebind resets for a
+        reused process; elsewhere the process's lifetime peak."""
+        try:
+            return _status_peak_rss()
+        except (OSError, AttributeError):
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
 
     def peak_memory_bytes(self) -> int:
         if self.device.type == "cuda":
@@ -254,16 +261,42 @@ class RankWorker:
             torch.cuda.synchronize(self.device)
             return int(torch.cuda.max_memory_allocated(self.device)), "cuda_max_memory_allocated"
         try:
-            status = Path("/proc/self/status").read_text()
-            return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024, "process_peak_rss"
+            return _status_peak_rss(), "process_peak_rss"
         except (OSError, AttributeError):
-            return self.peak_host_rss_bytes(), "process_lifetime_peak_rss"
+            return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "process_lifetime_peak_rss"
 
     def close(self) -> None:
         import torch.distributed as dist
 
         if dist.is_initialized():
             dist.destroy_process_group()
+
+    def release(self) -> None:
+        """Ends this rank's part in its group and drops all it loaded; the process stays, idle,
+        for the next group (pipedit.runtime.kept_ranks), which calls rebind."""
+        device = self.device
+        self.close()
+        self.__dict__.clear()  # the adapter, the contexts, the caches: nothing of this group's remains
+        gc.collect()
+        if "torch._dynamo" in sys.modules:
+            # Compiled graphs hold the old modules, and dynamo's recompile limit counts per process:
+            # the next group's compiled engine would fall back to eager part way through.
+            torch._dynamo.reset()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    def rebind(self, config: EngineConfig, layout: WorldLayout, rank: int) -> None:
+        """This (released) process becomes `rank` of a new group, as a new actor would; the peak
+        memory figures start again here."""
+        self.__init__(config, layout, rank)
+        self.reset_peak_memory()
+
+
+def _status_peak_rss() -> int:
+    """This process's peak resident memory since it started or since its peak was last reset
+    (/proc/self/clear_refs), in bytes: Linux's VmHWM."""
+    status = Path("/proc/self/status").read_text()
+    return int(re.search(r"^VmHWM:\s+(\d+) kB", status, re.MULTILINE).group(1)) * 1024
 
 
 CPU_THREADS_ENV = "PIPEDIT_CPU_THREADS"
