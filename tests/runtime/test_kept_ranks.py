@@ -91,3 +91,17 @@ def test_the_scopes_end_ends_what_it_kept_and_nothing_is_kept_outside_one(stand_
     kept_ranks.keep(_group("b"))
     assert stand_ins == ["a", "b"] and kept_ranks._kept == []
     assert kept_ranks.group_key(("DenoiseWorker",) * 2, 1, False, {}) is None
+
+
+@pytest.mark.slow
+def test_a_kept_group_whose_process_died_is_replaced_by_new_processes(ray_session, demo_checkpoint):
+    import ray
+
+    with Engine(_config(demo_checkpoint)) as first:
+        first_pids = _pids(first)
+        dying = first.executor.actors[1]
+    ray.kill(dying)  # while kept: the next engine takes this group (the latest kept) and finds it broken
+    with Engine(_config(demo_checkpoint)) as second:
+        assert not set(_pids(second)) & set(first_pids)
+        second.generate(VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
+                                     steps=1))

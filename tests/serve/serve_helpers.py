@@ -118,6 +118,18 @@ def call(method: str, url: str, body: dict | None = None, headers: dict | None =
         return Reply(error.code, dict(error.headers), error.read())
 
 
+def call_until_stored(method: str, url: str, body: dict | None = None, attempts: int = 10) -> Reply:
+    """`call`, again after the Retry-After pause while the job store is busy (503 server_busy: another
+    writer held its lock past the request's wait, and nothing was changed), as a client should; a
+    busy machine's PostgreSQL made a first try miss. Any other answer is returned as it came."""
+    for _ in range(attempts - 1):
+        reply = call(method, url, body)
+        if reply.status != 503 or reply.json().get("error", {}).get("code") != "server_busy":
+            return reply
+        time.sleep(float(next((v for k, v in reply.headers.items() if k.lower() == "retry-after"), "1")))
+    return call(method, url, body)
+
+
 def wait_status(url: str, video_id: str, statuses=("completed",), timeout=90.0) -> dict:
     seen = {}
 

@@ -10,7 +10,7 @@ from pipedit.config import EngineConfig, GenerationDefaults, ModelConfig, ServeC
 from pipedit.distributed.spawn import free_tcp_port
 from pipedit.serve.jobs.store import JobStore
 from pipedit.video import read_mp4
-from serve_helpers import call, wait_for
+from serve_helpers import call, call_until_stored, wait_for
 
 JOB = {"size": "32x32", "num_frames": 5, "num_inference_steps": 30}
 
@@ -56,7 +56,7 @@ def test_two_replicas_lose_nothing_when_one_dies(ray_session, demo_checkpoint, p
         url = _serve_app(config, port)
         ids = []
         for i in range(6):
-            created = call("POST", f"{url}/v1/videos", {"prompt": f"job {i}", **JOB})
+            created = call_until_stored("POST", f"{url}/v1/videos", {"prompt": f"job {i}", **JOB})
             assert created.status == 200, created.body
             ids.append(created.json()["id"])
         wait_for(lambda: any(r.status == "in_progress" for r in store.unfinished()), timeout=120)

@@ -95,7 +95,9 @@ class RayExecutor:
         try:
             self.get([actor.rebind.remote(config, layout, rank) for rank, actor in enumerate(self.actors)],
                      config.reliability.rebuild_timeout_s)
-        except RankGroupError as error:
+        except UserInputError:
+            raise  # this group's configuration: new processes would refuse it too
+        except Exception as error:  # noqa: BLE001 - a process died while idle, or Ray lost it (submitting fails)
             _log.warning("a kept rank group did not answer (%s); starting new rank processes", error)
             kept_ranks.end_group(self.actors, self._group)
             self.actors, self._group, self._calls, self._failed = [], None, {}, False

@@ -59,7 +59,6 @@ def reuse_rank_processes() -> Iterator[None]:
 def group_key(kinds: tuple[str, ...], nodes: int, use_gpu: bool, env: dict[str, str]) -> tuple | None:
     """What a kept group must match to be taken (None: this group may never be kept). `kinds`: each
     rank's worker class name, in rank order."""
-    import ray
     from ray.util.placement_group import get_current_placement_group
 
     with _lock:
@@ -67,12 +66,21 @@ def group_key(kinds: tuple[str, ...], nodes: int, use_gpu: bool, env: dict[str, 
             return None
     if get_current_placement_group() is not None:
         return None
-    return (kinds, nodes, use_gpu, tuple(sorted(env.items())), ray.get_runtime_context().get_job_id())
+    return (kinds, nodes, use_gpu, tuple(sorted(env.items())), _ray_session())
+
+
+def _ray_session() -> tuple[str, str]:
+    """This driver's Ray session: its node's id (new with every instance) and its job's id (which
+    alone repeats: each new instance numbers its jobs from 1 again)."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return context.get_node_id(), context.get_job_id()
 
 
 def take(key: tuple | None) -> KeptGroup | None:
     """The kept group matching `key` (the latest kept of several), no longer kept; None if none
-    matches. Kept groups of another Ray job (a session that ended) are dropped on the way."""
+    matches. Kept groups of another Ray session (one that ended) are dropped on the way."""
     if key is None:
         return None
     with _lock:
