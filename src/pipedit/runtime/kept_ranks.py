@@ -4,7 +4,7 @@ A rank process costs seconds of CPU to start (torch, diffusers, peft and Ray's w
 anew in each) and well under one to load a small model. Inside the scope, a Ray rank group whose
 engine closes it cleanly keeps its processes: each rank ends its process group and drops what it
 loaded (RankWorker.release), and a later group with the same key (the same rank kinds in the
-same placement, environment and Ray job) takes them, each rank starting anew
+same placement, environment and Ray session) takes them, each rank starting anew
 (RankWorker.rebind). Kept groups hold their placement's CPUs and GPUs while idle, so they are
 bounded: at most KEEP_AT_MOST_RANKS rank processes in all (the longest unused go first), and a
 new group that finds no room in the cluster ends kept ones until it does. The scope's end ends
