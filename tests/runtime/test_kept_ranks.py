@@ -3,7 +3,7 @@ inside one scope (conftest), so the engines here take and leave groups as every 
 same processes serve a second engine with the same rank kinds, on another model, with that
 model's single-device latents (1e-4 of their largest, the contract's bound for final latents:
 Ulysses only moves data); a group that saw a failure is not kept. The scope's rules (the bound,
-a scope's end, nothing kept outside one, another Ray job's groups) run on stand-ins for groups."""
+a scope's end, nothing kept outside one, another Ray session's groups) run on stand-ins for groups."""
 
 import os
 

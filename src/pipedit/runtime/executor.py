@@ -229,7 +229,7 @@ class RayExecutor:
         if self._failed or not self.actors:
             return False
         outstanding = list(self._calls)
-        done, _ = self._ray.wait(outstanding, num_returns=len(outstanding), timeout=0) if outstanding else ([], [])
+        done = self.ready(outstanding) if outstanding else []
         if len(done) < len(outstanding):
             return False
         try:
