@@ -55,9 +55,9 @@ def ray_session():
 
 @pytest.fixture(scope="session", autouse=True)
 def reused_rank_processes():
-    """An engine's Ray rank processes go on to a later engine with the same ranks
+    """An engine's Ray rank processes go on to later engines' ranks of their kind
     (pipedit.runtime.kept_ranks: a rank process's start costs seconds of imports, which made half
-    the suite's CPU time). Groups kept idle hold up to KEEP_AT_MOST_RANKS of the session Ray's
+    the suite's CPU time). Processes kept idle hold up to KEEP_AT_MOST_RANKS of the session Ray's
     logical CPUs (ray_session has room for them beside any test's own)."""
     from pipedit.runtime.kept_ranks import reuse_rank_processes
 

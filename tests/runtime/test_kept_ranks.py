@@ -1,9 +1,10 @@
 """Rank processes kept from one engine to the next (pipedit.runtime.kept_ranks). The suite runs
-inside one scope (conftest), so the engines here take and leave groups as every test's do: the
-same processes serve a second engine with the same rank kinds, on another model, with that
+inside one scope (conftest), so the engines here take and leave processes as every test's do: a
+later engine, on another model, takes its ranks' processes from two earlier groups, with that
 model's single-device latents (1e-4 of their largest, the contract's bound for final latents:
-Ulysses only moves data); a group that saw a failure is not kept. The scope's rules (the bound,
-a scope's end, nothing kept outside one, another Ray session's groups) run on stand-ins for groups."""
+Ulysses only moves data); a group that saw a failure is not kept. The scope's rules (which
+processes a group takes, the bound, a placement group's end with its last process, a scope's
+end, nothing kept outside one, another Ray session's processes) run on stand-ins."""
 
 import os
 
@@ -19,8 +20,8 @@ from pipedit.runtime.rank_failure import RankGroupError
 CASE = Case("a paper boat on a canal", height=48, width=80, frames=9, steps=2, seed=4)
 
 
-def _config(checkpoint) -> EngineConfig:
-    return EngineConfig(model=ModelConfig(path=str(checkpoint)), parallel=ParallelConfig(ulysses=2))
+def _config(checkpoint, **parallel) -> EngineConfig:
+    return EngineConfig(model=ModelConfig(path=str(checkpoint)), parallel=ParallelConfig(**parallel))
 
 
 def _pids(engine) -> list[int]:
@@ -30,26 +31,37 @@ def _pids(engine) -> list[int]:
 
 
 def _kept_actors() -> list:
-    return [actor for kept in kept_ranks._kept for actor in kept.actors]
+    return [kept.actor for kept in kept_ranks._kept]
+
+
+def _request(steps: int = CASE.steps) -> VideoRequest:
+    return VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames, steps=steps,
+                        seed=CASE.seed)
 
 
 @pytest.mark.slow  # rank groups on Ray
-def test_a_second_engine_takes_the_first_ones_rank_processes(ray_session, demo_checkpoint, wan_three_heads):
-    with Engine(_config(demo_checkpoint)) as first:
+def test_a_later_engine_takes_its_ranks_processes_from_two_earlier_groups(ray_session, demo_checkpoint,
+                                                                         wan_three_heads):
+    with Engine(_config(demo_checkpoint, ulysses=2)) as first:  # two denoise ranks
         first_pids = _pids(first)
-        first.generate(VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
-                                    steps=2))
-    with Engine(_config(wan_three_heads)) as second:  # another family: nothing of the first may remain
-        assert _pids(second) == first_pids
-        latents = second.generate(VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width,
-                                               num_frames=CASE.frames, steps=CASE.steps, seed=CASE.seed)).latents
+        first.generate(_request(steps=1))
+    with Engine(_config(demo_checkpoint, decode_ranks=1)) as second:  # a denoise rank and a decode rank
+        second_pids = _pids(second)
+        second.generate(_request(steps=1))
+    # Another family, two denoise ranks and a decode rank: nothing of the earlier models may remain.
+    with Engine(_config(wan_three_heads, ulysses=2, decode_ranks=1)) as third:
+        third_pids = _pids(third)
+        latents = third.generate(_request()).latents
+    assert set(third_pids) <= set(first_pids) | set(second_pids), (first_pids, second_pids, third_pids)
+    assert set(third_pids) & set(first_pids) and set(third_pids) & set(second_pids)
+    assert third_pids[2] == second_pids[1]  # the decode rank's process: the only decode process kept
     reference = single_device_latents(wan_three_heads, CASE)
     assert (latents - reference).abs().max().item() <= 1e-4 * reference.abs().max().item()
 
 
 @pytest.mark.slow
 def test_a_group_that_saw_a_failure_is_not_kept(ray_session, demo_checkpoint):
-    with Engine(_config(demo_checkpoint)) as engine:
+    with Engine(_config(demo_checkpoint, ulysses=2)) as engine:
         actors = list(engine.executor.actors)
         with pytest.raises(RankGroupError):
             engine.executor.call_rank(1, "aco_shape", None)  # fails in the rank: no job, no request
@@ -58,28 +70,65 @@ def test_a_group_that_saw_a_failure_is_not_kept(ray_session, demo_checkpoint):
 
 @pytest.fixture
 def stand_ins(monkeypatch):
-    """No scope open and nothing kept (the session's scope set aside); ended groups recorded."""
+    """No scope open and nothing kept (the session's scope set aside); what is ended is recorded:
+    (actors killed, placement groups removed)."""
     ended = []
     monkeypatch.setattr(kept_ranks, "_open_scopes", 0)
     monkeypatch.setattr(kept_ranks, "_kept", [])
-    monkeypatch.setattr(kept_ranks, "end_group", lambda actors, group: ended.append(group))
+    def end(actors, groups):
+        if actors or groups:
+            ended.append((actors, groups))
+
+    monkeypatch.setattr(kept_ranks, "_end", end)
     return ended
 
 
-def _group(name: str, job: str = "job") -> kept_ranks.KeptGroup:
-    return kept_ranks.KeptGroup((name, job), name, lambda rank: rank, [f"{name}0", f"{name}1"], (2, 0))
+def _killed(ended) -> list:
+    return [actor for actors, _ in ended for actor in actors]
 
 
-def test_the_longest_unused_groups_go_first_beyond_the_bound(stand_ins):
+def _removed(ended) -> list:
+    return [group for _, groups in ended for group in groups]
+
+
+def _group(name: str, kinds: str = "ee", node: str = "n1", env: str = "env") -> list[kept_ranks.KeptRank]:
+    """Stand-ins for a group's processes: kinds 'e' (denoise) or 'd' (decode), named name0, name1...
+    Their key: (environment, Ray session)."""
+    placement = kept_ranks.Placement(name, (len(kinds), 0), len(kinds))
+    placement._node = node  # not asked of Ray
+    return [kept_ranks.KeptRank((env, "s"), kind, f"{name}{rank}", placement) for rank, kind in enumerate(kinds)]
+
+
+def _actors(taken) -> list:
+    return None if taken is None else [kept.actor for kept in taken]
+
+
+def test_a_group_takes_its_kinds_from_several_groups_on_one_node_or_nothing(stand_ins):
     with kept_ranks.reuse_rank_processes():
-        for name in ("a", "b", "c"):  # two ranks each: 6 > KEEP_AT_MOST_RANKS (5)
+        kept_ranks.keep(_group("a", "ee"))
+        kept_ranks.keep(_group("b", "d", node="n2"))
+        kept_ranks.keep(_group("x", "d", env="another env"))
+        assert _actors(kept_ranks.take(("env", "s"), "eed")) is None  # the decode processes: another node or env
+        kept_ranks.keep(_group("c", "d"))
+        assert _actors(kept_ranks.take(("env", "s"), "ede")) == ["a1", "c0", "a0"]  # the latest kept first
+        assert _actors(kept_ranks.take(("env", "s"), "e")) is None
+        assert _actors(kept_ranks.take(("env", "s"), "d")) == ["b0"]
+        assert _actors(kept_ranks._kept) == ["x0"] and stand_ins == []
+
+
+def test_the_longest_unused_go_first_beyond_the_bound_and_a_placement_group_goes_with_its_last(stand_ins):
+    with kept_ranks.reuse_rank_processes():
+        for name in ("a", "b", "c"):  # two processes each: 6 > KEEP_AT_MOST_RANKS (5)
             kept_ranks.keep(_group(name))
-        assert stand_ins == ["a"]
-        assert kept_ranks.take(("b", "job")).group == "b"
-        assert kept_ranks.take(("a", "job")) is None
-        kept_ranks.keep(_group("d"))
-        assert kept_ranks.take(("c", "another job")) is None  # a new Ray session: c and d were the old one's
-        assert stand_ins == ["a", "c", "d"]
+        assert _killed(stand_ins) == ["a0"] and _removed(stand_ins) == []  # a1 still holds a's placement
+        assert _actors(kept_ranks.take(("env", "s"), "e")) == ["c1"]
+        kept_ranks.keep(_group("d", "e"))
+        assert _actors(kept_ranks.take(("env", "another session"), "e")) is None  # a new Ray session
+        assert _killed(stand_ins) == ["a0", "a1", "b0", "b1", "c0", "d0"]  # the old one's are forgotten
+        assert _removed(stand_ins) == ["a", "b", "d"]  # c1 runs in a group: c's placement stays
+    taken = _group("e", "ed")
+    kept_ranks.end_ranks([taken[0].actor], [taken[0].placement, taken[1].placement])  # one never started
+    assert _removed(stand_ins)[-1] == "e"
 
 
 def test_the_scopes_end_ends_what_it_kept_and_nothing_is_kept_outside_one(stand_ins):
@@ -87,21 +136,20 @@ def test_the_scopes_end_ends_what_it_kept_and_nothing_is_kept_outside_one(stand_
         with kept_ranks.reuse_rank_processes():
             kept_ranks.keep(_group("a"))
         assert stand_ins == []  # the outer scope is still open
-    assert stand_ins == ["a"]
+    assert _killed(stand_ins) == ["a0", "a1"] and _removed(stand_ins) == ["a"]
     kept_ranks.keep(_group("b"))
-    assert stand_ins == ["a", "b"] and kept_ranks._kept == []
-    assert kept_ranks.group_key(("DenoiseWorker",) * 2, 1, False, {}) is None
+    assert _killed(stand_ins)[2:] == ["b0", "b1"] and kept_ranks._kept == []
+    assert kept_ranks.group_key(1, False, {}) is None
 
 
 @pytest.mark.slow
 def test_a_kept_group_whose_process_died_is_replaced_by_new_processes(ray_session, demo_checkpoint):
     import ray
 
-    with Engine(_config(demo_checkpoint)) as first:
+    with Engine(_config(demo_checkpoint, ulysses=2)) as first:
         first_pids = _pids(first)
         dying = first.executor.actors[1]
-    ray.kill(dying)  # while kept: the next engine takes this group (the latest kept) and finds it broken
-    with Engine(_config(demo_checkpoint)) as second:
+    ray.kill(dying)  # while kept: the next engine takes these processes (the latest kept) and finds one dead
+    with Engine(_config(demo_checkpoint, ulysses=2)) as second:
         assert not set(_pids(second)) & set(first_pids)
-        second.generate(VideoRequest(CASE.prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames,
-                                     steps=1))
+        second.generate(_request(steps=1))

@@ -68,43 +68,47 @@ class RayExecutor:
         self.actors = []
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         self._failed = False  # a call failed or hung: the group is never kept
-        kinds = tuple(_worker_class(layout, rank).__name__ for rank in range(layout.world_size))
+        self._kinds = tuple(_worker_class(layout, rank).__name__ for rank in range(layout.world_size))
         keepable = not fault_env and not self._started_ray
-        self._kept_key = kept_ranks.group_key(kinds, layout.nodes, use_gpu, env) if keepable else None
-        self._demand = (layout.world_size, layout.world_size if use_gpu else 0)  # (CPUs, GPUs) its placement holds
-        self._group, self._own_group = None, False
+        self._kept_key = kept_ranks.group_key(layout.nodes, use_gpu, env) if keepable else None
+        # Each rank's bundle: its kept_ranks.Placement where the placement group is ours, else None.
+        self._placements: list[kept_ranks.Placement | None] = []
         try:
             if not self._reuse_kept(config, layout):
-                if self._kept_key is not None:  # groups kept idle may hold the room this one needs
-                    kept_ranks.make_room(*self._demand)
-                self._group, self._bundle_of, self._own_group = _rank_bundles(layout, use_gpu)
-                self._start_actors(config, layout, use_gpu, env)
+                demand = (layout.world_size, layout.world_size if use_gpu else 0)  # (CPUs, GPUs) of its placement
+                if self._kept_key is not None:  # processes kept idle may hold the room this one needs
+                    kept_ranks.make_room(*demand)
+                group, bundle_of, own = _rank_bundles(layout, use_gpu)
+                placement = kept_ranks.Placement(group, demand, layout.world_size) if own else None
+                self._placements = [placement] * layout.world_size
+                self._start_actors(config, layout, use_gpu, env, group, bundle_of)
             self._start(config, model_path)
         except BaseException:
             self.close()  # no actor or GPU reservation outlives a failed start
             raise
 
     def _reuse_kept(self, config: EngineConfig, layout: WorldLayout) -> bool:
-        """Takes the kept rank group matching this one (kept_ranks), each rank starting anew as this
-        group's; False where none matches, or where the kept one's processes did not answer (then
-        they are ended, and the caller starts new ones)."""
-        kept = kept_ranks.take(self._kept_key)
+        """Takes kept rank processes for this group's ranks (kept_ranks), each rank starting anew as
+        this group's; False where too few are kept, or where one did not answer (then they are
+        ended, and the caller starts new ones)."""
+        kept = kept_ranks.take(self._kept_key, self._kinds)
         if kept is None:
             return False
-        self._group, self._bundle_of, self._own_group, self.actors = kept.group, kept.bundle_of, True, kept.actors
+        self.actors, self._placements = [k.actor for k in kept], [k.placement for k in kept]
         try:
             self.get([actor.rebind.remote(config, layout, rank) for rank, actor in enumerate(self.actors)],
                      config.reliability.rebuild_timeout_s)
         except UserInputError:
             raise  # this group's configuration: new processes would refuse it too
         except Exception as error:  # noqa: BLE001 - a process died while idle, or Ray lost it (submitting fails)
-            _log.warning("a kept rank group did not answer (%s); starting new rank processes", error)
-            kept_ranks.end_group(self.actors, self._group)
-            self.actors, self._group, self._calls, self._failed = [], None, {}, False
+            _log.warning("kept rank processes did not answer (%s); starting new ones", error)
+            kept_ranks.end_ranks(self.actors, self._placements)
+            self.actors, self._placements, self._calls, self._failed = [], [], {}, False
             return False
         return True
 
-    def _start_actors(self, config: EngineConfig, layout: WorldLayout, use_gpu: bool, env: dict) -> None:
+    def _start_actors(self, config: EngineConfig, layout: WorldLayout, use_gpu: bool, env: dict, group,
+                      bundle_of) -> None:
         ray = self._ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -115,7 +119,7 @@ class RayExecutor:
                                      max_concurrency=2 if worker is DecodeWorker else 1)(worker)
             self.actors.append(actor_class.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
-                    self._group, placement_group_bundle_index=self._bundle_of(rank)),
+                    group, placement_group_bundle_index=bundle_of(rank)),
                 runtime_env={"env_vars": env},
             ).remote(config, layout, rank))
 
@@ -213,13 +217,13 @@ class RayExecutor:
     def close(self, keep_ranks: bool = False) -> None:
         """Kills every rank process: also what clears an op stuck on a communicator. `keep_ranks`
         (an engine's own close, its work done): inside kept_ranks.reuse_rank_processes(), a clean
-        group is kept instead, for the next group of the same ranks."""
+        group's processes are kept instead, for later groups."""
         kept = keep_ranks and self._kept_key is not None and self._clean() and self._release()
         if kept:
-            kept_ranks.keep(kept_ranks.KeptGroup(self._kept_key, self._group, self._bundle_of, self.actors,
-                                                 self._demand))
+            kept_ranks.keep([kept_ranks.KeptRank(self._kept_key, kind, actor, placement)
+                             for kind, actor, placement in zip(self._kinds, self.actors, self._placements)])
         else:
-            kept_ranks.end_group(self.actors, self._group if self._own_group else None)  # not a replica's
+            kept_ranks.end_ranks(self.actors, self._placements)  # also a bundle whose actor never started
         if self._rendezvous.startswith("file://"):  # rank 0's file store, on this machine
             shutil.rmtree(os.path.dirname(self._rendezvous.removeprefix("file://")), ignore_errors=True)
         stop_ray(self._started_ray)

@@ -1,18 +1,23 @@
 """Rank processes reused from one rank group to the next, inside `reuse_rank_processes()`.
 
 A rank process costs seconds of CPU to start (torch, diffusers, peft and Ray's worker import
-anew in each) and well under one to load a small model. Inside the scope, a Ray rank group whose
-engine closes it cleanly keeps its processes: each rank ends its process group and drops what it
-loaded (RankWorker.release), and a later group with the same key (the same rank kinds in the
-same placement, environment and Ray session) takes them, each rank starting anew
-(RankWorker.rebind). Kept groups hold their placement's CPUs and GPUs while idle, so they are
-bounded: at most KEEP_AT_MOST_RANKS rank processes in all (the longest unused go first), and a
-new group that finds no room in the cluster ends kept ones until it does. The scope's end ends
-them all.
+anew in each) and well under one to load a small model. Inside the scope, the processes of a Ray
+rank group whose engine closes it cleanly are kept: each rank ends its process group and drops
+what it loaded (RankWorker.release). A later group on one node takes kept processes, one of its
+rank's kind for each rank (a process stays the actor class it started as: denoise or decode),
+all with the same key (environment, GPU or not, Ray session) and on one node, from whichever
+groups kept them; each becomes its rank anew (RankWorker.rebind). A group takes all its ranks so,
+or starts them all anew.
 
-Never kept: a group that saw a failure or has a call still running, one inside a Serve replica's
-placement (the replica owns those bundles), one whose engine injects faults, and one in a Ray
-instance the executor started itself (it stops with the group).
+A process stays in the bundle it started in, so a placement group of ours lives as long as any
+process started in it (Placement counts them) and is removed with the last. Kept processes hold
+their bundles' CPUs and GPUs while idle, so they are bounded: at most KEEP_AT_MOST_RANKS (the
+longest unused go first), and a new group that finds no room in the cluster ends kept ones until
+it does. The scope's end ends them all.
+
+Never kept: a group that saw a failure or has a call still running, one over several nodes, one
+inside a Serve replica's placement (the replica owns those bundles), one whose engine injects
+faults, and one in a Ray instance the executor started itself (it stops with the group).
 """
 
 from __future__ import annotations
@@ -21,29 +26,49 @@ import contextlib
 import logging
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator, Sequence
 
 _log = logging.getLogger(__name__)
 KEEP_AT_MOST_RANKS = 5  # idle rank processes kept in all (the test suite's groups have 2 to 4 ranks)
 
 
-@dataclass(frozen=True)
-class KeptGroup:
-    key: tuple
-    group: Any  # the placement group, ours
-    bundle_of: Callable[[int], int]
-    actors: list
-    demand: tuple[float, float]  # (CPUs, GPUs) its placement holds
+class Placement:
+    """A placement group of ours and how many of the rank processes started in it still live
+    (in a group, or kept): it is removed with the last."""
+
+    def __init__(self, group: Any, demand: tuple[float, float], ranks: int):
+        self.group = group
+        self.demand = demand  # (CPUs, GPUs) it holds
+        self.ranks = ranks
+        self._node: str | None = None
+
+    @property
+    def node(self) -> str:
+        """The id of the node of its first bundle (asked of Ray once): for the groups on one node,
+        the only ones kept, where its processes are."""
+        if self._node is None:
+            from ray.util.placement_group import placement_group_table
+
+            self._node = next(iter(placement_group_table(self.group)["bundles_to_node_id"].values()))
+        return self._node
+
+
+@dataclass(frozen=True, eq=False)  # eq=False: two kept processes are never the same one
+class KeptRank:
+    key: tuple  # group_key's
+    kind: str  # the actor's class name
+    actor: Any
+    placement: Placement
 
 
 _lock = threading.Lock()
 _open_scopes = 0
-_kept: list[KeptGroup] = []  # the longest unused first
+_kept: list[KeptRank] = []  # the longest unused first
 
 
 @contextlib.contextmanager
 def reuse_rank_processes() -> Iterator[None]:
-    """Rank groups closed cleanly inside are kept for later ones (see the module's text)."""
+    """Rank processes of groups closed cleanly inside are kept for later ones (see the module's text)."""
     global _open_scopes
     with _lock:
         _open_scopes += 1
@@ -53,20 +78,19 @@ def reuse_rank_processes() -> Iterator[None]:
         with _lock:
             _open_scopes -= 1
             ended = _take_all() if _open_scopes == 0 else []
-        _end(ended)
+        _end_kept(ended)
 
 
-def group_key(kinds: tuple[str, ...], nodes: int, use_gpu: bool, env: dict[str, str]) -> tuple | None:
-    """What a kept group must match to be taken (None: this group may never be kept). `kinds`: each
-    rank's worker class name, in rank order."""
+def group_key(nodes: int, use_gpu: bool, env: dict[str, str]) -> tuple | None:
+    """What a kept process must match to be taken (None: this group's may never be kept)."""
     from ray.util.placement_group import get_current_placement_group
 
     with _lock:
         if _open_scopes == 0:
             return None
-    if get_current_placement_group() is not None:
+    if nodes != 1 or get_current_placement_group() is not None:
         return None
-    return (kinds, nodes, use_gpu, tuple(sorted(env.items())), _ray_session())
+    return use_gpu, tuple(sorted(env.items())), _ray_session()
 
 
 def _ray_session() -> tuple[str, str]:
@@ -78,71 +102,113 @@ def _ray_session() -> tuple[str, str]:
     return context.get_node_id(), context.get_job_id()
 
 
-def take(key: tuple | None) -> KeptGroup | None:
-    """The kept group matching `key` (the latest kept of several), no longer kept; None if none
-    matches. Kept groups of another Ray session (one that ended) are dropped on the way."""
+def take(key: tuple | None, kinds: Sequence[str]) -> list[KeptRank] | None:
+    """Kept processes for a group of ranks of `kinds` (in rank order), all matching `key` and on
+    one node, the latest kept first; no longer kept. None if there are not enough. Processes of
+    another Ray session (one that ended) are dropped on the way."""
     if key is None:
         return None
     with _lock:
         stale = [kept for kept in _kept if kept.key[-1] != key[-1]]
-        match = next((kept for kept in reversed(_kept) if kept.key == key), None)
-        for dropped in [*stale, match]:
-            if dropped is not None:
-                _kept.remove(dropped)
-    _end(stale)  # their processes ended with their Ray session; this only forgets them
-    return match
+        for kept in stale:
+            _kept.remove(kept)
+        chosen = _choose(key, kinds)
+        for kept in chosen or ():
+            _kept.remove(kept)
+    _end_kept(stale)  # their processes ended with their Ray session; this only forgets them
+    return chosen
+
+
+def _choose(key: tuple, kinds: Sequence[str]) -> list[KeptRank] | None:
+    on_node: dict[str, list[KeptRank]] = {}
+    for kept in reversed(_kept):
+        if kept.key == key:
+            on_node.setdefault(kept.placement.node, []).append(kept)
+    for candidates in on_node.values():
+        chosen = []
+        for kind in kinds:
+            found = next((c for c in candidates if c.kind == kind and all(c is not t for t in chosen)), None)
+            if found is None:
+                break
+            chosen.append(found)
+        else:
+            return chosen
+    return None
 
 
 def make_room(cpus: float, gpus: float) -> None:
-    """Ends kept groups, the longest unused first, until the cluster has `cpus` and `gpus` free
-    (Ray's view, which lags a removal by moments: the new placement waits for it)."""
+    """Ends kept processes, the longest unused first, until the cluster has `cpus` and `gpus` free
+    (Ray's view, which lags a removal by moments: the new placement waits for it). A placement's
+    bundles come free with its last process."""
     import ray
 
     free = ray.available_resources()
     room = [free.get("CPU", 0.0), free.get("GPU", 0.0)]
-    ended = []
+    actors, groups = [], []
     with _lock:
         while _kept and (room[0] < cpus or room[1] < gpus):
             oldest = _kept.pop(0)
-            room = [room[0] + oldest.demand[0], room[1] + oldest.demand[1]]
-            ended.append(oldest)
-    _end(ended)
+            actors.append(oldest.actor)
+            if emptied := _leave([oldest.placement]):
+                groups += emptied
+                room = [room[0] + oldest.placement.demand[0], room[1] + oldest.placement.demand[1]]
+    _end(actors, groups)
 
 
-def keep(group: KeptGroup) -> None:
-    """Keeps `group` (ended at once outside any scope), ending the longest unused ones beyond
-    KEEP_AT_MOST_RANKS rank processes."""
+def keep(ranks: list[KeptRank]) -> None:
+    """Keeps `ranks` (ended at once outside any scope), ending the longest unused processes beyond
+    KEEP_AT_MOST_RANKS."""
     with _lock:
         if _open_scopes == 0:
-            ended = [group]
+            ended = list(ranks)
         else:
-            _kept.append(group)
+            _kept.extend(ranks)
             ended = []
-            while sum(len(kept.actors) for kept in _kept) > KEEP_AT_MOST_RANKS:
+            while len(_kept) > KEEP_AT_MOST_RANKS:
                 ended.append(_kept.pop(0))
-    _end(ended)
+    _end_kept(ended)
 
 
 def end_kept() -> None:
     with _lock:
         ended = _take_all()
-    _end(ended)
+    _end_kept(ended)
 
 
-def _take_all() -> list[KeptGroup]:
+def end_ranks(actors: list, placements: Sequence[Placement | None]) -> None:
+    """Kills the rank processes (also what clears an op stuck on a communicator); `placements`: one
+    entry per rank, started or not (None: a placement not ours, a Serve replica's), and a placement
+    group of ours is removed with its last rank. Errors are logged, not raised: processes may be
+    gone already."""
+    with _lock:
+        groups = _leave([placement for placement in placements if placement is not None])
+    _end(actors, groups)
+
+
+def _take_all() -> list[KeptRank]:
     ended = list(_kept)
     _kept.clear()
     return ended
 
 
-def _end(groups: list[KeptGroup]) -> None:
-    for kept in groups:
-        end_group(kept.actors, kept.group)
+def _leave(placements: list[Placement]) -> list:
+    """(Under _lock.) One rank process of each of `placements` (one entry per process) has ended;
+    returns the placement groups left without any."""
+    emptied = []
+    for placement in placements:
+        placement.ranks -= 1
+        if placement.ranks == 0:
+            emptied.append(placement.group)
+    return emptied
 
 
-def end_group(actors: list, group: Any | None) -> None:
-    """Kills the rank processes (also what clears an op stuck on a communicator) and, where given,
-    removes the placement group. Errors are logged, not raised: processes may be gone already."""
+def _end_kept(ranks: list[KeptRank]) -> None:
+    with _lock:
+        groups = _leave([kept.placement for kept in ranks])
+    _end([kept.actor for kept in ranks], groups)
+
+
+def _end(actors: list, groups: list) -> None:
     import ray
     from ray.util.placement_group import remove_placement_group
 
@@ -151,8 +217,9 @@ def end_group(actors: list, group: Any | None) -> None:
             ray.kill(actor, no_restart=True)
         except Exception:  # noqa: BLE001 - its Ray session may have ended
             _log.debug("killing a rank actor", exc_info=True)
-    if group is not None:
+    for group in groups:
         try:
             remove_placement_group(group)
         except Exception:  # noqa: BLE001
             _log.debug("removing a rank group's placement", exc_info=True)
+
