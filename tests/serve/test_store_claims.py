@@ -10,6 +10,8 @@ from sqlalchemy import create_engine, text
 from pipedit.serve.jobs.store import JobRecord, JobStore
 from serve_helpers import PRE_OWNERSHIP_JOBS_TABLE
 
+LEASE_S = 2.0  # the heartbeat test's lease
+
 
 def _fill(store, n):
     for i in range(n):
@@ -70,13 +72,16 @@ def test_a_lapsed_lease_requeues_and_fences_the_late_owner(store_url):
 def test_heartbeats_keep_a_lease_and_say_which_jobs_are_gone(store_url):
     store = JobStore(store_url)
     _fill(store, 2)
-    kept, deleted = store.claim("me", 0.4), store.claim("me", 0.4)
+    # Heartbeats for 3 s keep a 2 s lease; the last one is checked at once, so only a stall of
+    # 2 s between two statements (a very busy machine) could let it lapse.
+    kept, deleted = store.claim("me", LEASE_S), store.claim("me", LEASE_S)
     store.delete(deleted.id)
     for _ in range(6):
-        assert store.heartbeat("me", {kept.id, deleted.id}, 0.4) == {kept.id}
-        time.sleep(0.1)
+        assert store.heartbeat("me", {kept.id, deleted.id}, LEASE_S) == {kept.id}
+        time.sleep(0.5)
+    assert store.heartbeat("me", {kept.id}, LEASE_S) == {kept.id}
     assert store.requeue_expired() == [] and store.get(kept.id).owner == "me"
-    assert store.heartbeat("someone else", {kept.id}, 0.4) == set()
+    assert store.heartbeat("someone else", {kept.id}, LEASE_S) == set()
     assert store.release("me") == [kept.id] and store.get(kept.id).owner is None
     store.close()
 
