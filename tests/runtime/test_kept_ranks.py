@@ -12,7 +12,7 @@ import pytest
 
 from e2e_helpers import Case, single_device_latents
 from pipedit.config import EngineConfig, ModelConfig, ParallelConfig
-from pipedit.request import VideoRequest
+from pipedit.request import RequestFailure, VideoRequest
 from pipedit.runtime import kept_ranks
 from pipedit.runtime.engine import Engine
 from pipedit.runtime.rank_failure import RankGroupError
@@ -66,6 +66,24 @@ def test_a_group_that_saw_a_failure_is_not_kept(ray_session, demo_checkpoint):
         with pytest.raises(RankGroupError):
             engine.executor.call_rank(1, "aco_shape", None)  # fails in the rank: no job, no request
     assert not set(map(id, actors)) & set(map(id, _kept_actors()))
+
+
+@pytest.mark.slow
+def test_a_group_with_injected_faults_takes_kept_processes_and_its_faults_fire(ray_session, demo_checkpoint,
+                                                                            monkeypatch):
+    with Engine(_config(demo_checkpoint, ulysses=2)) as first:
+        first_pids = _pids(first)
+    monkeypatch.setenv("PIPEDIT_FAULTS", "fail:phase=denoise:prompt=lighthouse")  # read by the engine's start
+    with Engine(_config(demo_checkpoint, ulysses=2)) as faulty:
+        assert sorted(_pids(faulty)) == sorted(first_pids)  # started without the switch: the rebind hands it over
+        requests = [VideoRequest(prompt, height=CASE.height, width=CASE.width, num_frames=CASE.frames, steps=1)
+                    for prompt in ("a lighthouse at dusk", "a paper boat")]
+        outcomes = {o.request_id: o for o in faulty.generate_many(requests)}
+        actors = list(faulty.executor.actors)
+    failed, done = outcomes[requests[0].request_id], outcomes[requests[1].request_id]
+    assert isinstance(failed, RequestFailure) and "injected" in failed.message, failed
+    assert not isinstance(done, RequestFailure)
+    assert not set(map(id, actors)) & set(map(id, _kept_actors()))  # a group with faults is never kept
 
 
 @pytest.fixture

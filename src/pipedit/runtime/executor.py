@@ -69,8 +69,12 @@ class RayExecutor:
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         self._failed = False  # a call failed or hung: the group is never kept
         self._kinds = tuple(_worker_class(layout, rank).__name__ for rank in range(layout.world_size))
-        keepable = not fault_env and not self._started_ray
-        self._kept_key = kept_ranks.group_key(layout.nodes, use_gpu, env) if keepable else None
+        # Kept rank processes (kept_ranks): taken by any group but one in a Ray instance of its own (it
+        # stops with the group), kept only from a group without injected faults. A taken process
+        # reads the fault switch from the rebind, not from the environment it started with.
+        self._fault_env = fault_env
+        steady_env = {name: value for name, value in env.items() if name not in fault_env}
+        self._kept_key = None if self._started_ray else kept_ranks.group_key(layout.nodes, use_gpu, steady_env)
         # Each rank's bundle: its kept_ranks.Placement where the placement group is ours, else None.
         self._placements: list[kept_ranks.Placement | None] = []
         try:
@@ -96,7 +100,8 @@ class RayExecutor:
             return False
         self.actors, self._placements = [k.actor for k in kept], [k.placement for k in kept]
         try:
-            self.get([actor.rebind.remote(config, layout, rank) for rank, actor in enumerate(self.actors)],
+            self.get([actor.rebind.remote(config, layout, rank, self._fault_env)
+                      for rank, actor in enumerate(self.actors)],
                      config.reliability.rebuild_timeout_s)
         except UserInputError:
             raise  # this group's configuration: new processes would refuse it too
@@ -218,7 +223,8 @@ class RayExecutor:
         """Kills every rank process: also what clears an op stuck on a communicator. `keep_ranks`
         (an engine's own close, its work done): inside kept_ranks.reuse_rank_processes(), a clean
         group's processes are kept instead, for later groups."""
-        kept = keep_ranks and self._kept_key is not None and self._clean() and self._release()
+        kept = (keep_ranks and self._kept_key is not None and not self._fault_env and self._clean()
+                and self._release())
         if kept:
             kept_ranks.keep([kept_ranks.KeptRank(self._kept_key, kind, actor, placement)
                              for kind, actor, placement in zip(self._kinds, self.actors, self._placements)])

@@ -7,7 +7,8 @@ what it loaded (RankWorker.release). A later group on one node takes kept proces
 rank's kind for each rank (a process stays the actor class it started as: denoise or decode),
 all with the same key (environment, GPU or not, Ray session) and on one node, from whichever
 groups kept them; each becomes its rank anew (RankWorker.rebind). A group takes all its ranks so,
-or starts them all anew.
+or starts them all anew. A group with injected faults takes kept processes too: the rebind hands
+them its fault switch.
 
 A process stays in the bundle it started in, so a placement group of ours lives as long as any
 process started in it (Placement counts them) and is removed with the last. Kept processes hold

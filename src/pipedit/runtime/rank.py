@@ -285,10 +285,11 @@ class RankWorker:
         if device.type == "cuda":
             torch.cuda.empty_cache()
 
-    def rebind(self, config: EngineConfig, layout: WorldLayout, rank: int) -> None:
-        """This (released) process becomes `rank` of a new group, as a new actor would; the peak
-        memory figures start again here."""
-        self.__init__(config, layout, rank)
+    def rebind(self, config: EngineConfig, layout: WorldLayout, rank: int, fault_env: Mapping[str, str]) -> None:
+        """This (released) process becomes `rank` of a new group, as a new actor would, with the
+        new group's fault switch (`fault_env`, empty for none) in place of the one it started
+        with; the peak memory figures start again here."""
+        self.__init__(config, layout, rank, environment=fault_env)
         self.reset_peak_memory()
 
 
