@@ -3,8 +3,8 @@
 A rank process costs seconds of CPU to start (torch, diffusers, peft and Ray's worker import
 anew in each) and well under one to load a small model. Inside the scope, the processes of a Ray
 rank group whose engine closes it cleanly are kept: each rank ends its process group and drops
-what it loaded (RankWorker.release). A later group on one node takes kept processes, one of its
-rank's kind for each rank (a process stays the actor class it started as: denoise or decode),
+what it loaded (RankWorker.release). A later group on one node takes kept processes, one of the
+right kind for each of its ranks (a process stays the actor class it started as: denoise or decode),
 all with the same key (environment, GPU or not, Ray session) and on one node, from whichever
 groups kept them; each becomes its rank anew (RankWorker.rebind). A group takes all its ranks so,
 or starts them all anew. A group with injected faults takes kept processes too: the rebind hands
@@ -223,4 +223,3 @@ def _end(actors: list, groups: list) -> None:
             remove_placement_group(group)
         except Exception:  # noqa: BLE001
             _log.debug("removing a rank group's placement", exc_info=True)
-
