@@ -2,7 +2,8 @@
 inside one scope (conftest), so the engines here take and leave processes as every test's do: a
 later engine, on another model, takes its ranks' processes from two earlier groups, with that
 model's single-device latents (1e-4 of their largest, the contract's bound for final latents:
-Ulysses only moves data); a group that saw a failure is not kept. The scope's rules (which
+Ulysses only moves data); a group that saw a failure is not kept; a group with injected faults
+takes kept processes, its faults fire, and it is not kept either. The scope's rules (which
 processes a group takes, the bound, a placement group's end with its last process, a scope's
 end, nothing kept outside one, another Ray session's processes) run on stand-ins."""
 
