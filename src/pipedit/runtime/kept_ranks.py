@@ -204,9 +204,7 @@ def _leave(placements: list[Placement]) -> list:
 
 
 def _end_kept(ranks: list[KeptRank]) -> None:
-    with _lock:
-        groups = _leave([kept.placement for kept in ranks])
-    _end([kept.actor for kept in ranks], groups)
+    end_ranks([kept.actor for kept in ranks], [kept.placement for kept in ranks])
 
 
 def _end(actors: list, groups: list) -> None:
