@@ -1,7 +1,8 @@
 """Rank processes kept from one engine to the next (pipedit.runtime.kept_ranks). The suite runs
 inside one scope (conftest), so the engines here take and leave processes as every test's do: a
-later engine, on another model, takes its ranks' processes from two earlier groups, with that
-model's single-device latents (1e-4 of their largest, the contract's bound for final latents:
+later engine, on another model, takes its ranks' processes from two earlier groups, and one that
+needs more than is kept takes what is kept and starts the rest, each with its model's
+single-device latents (1e-4 of their largest, the contract's bound for final latents:
 Ulysses only moves data); a group that saw a failure is not kept; a group with injected faults
 takes kept processes, its faults fire, and it is not kept either. The scope's rules (which
 processes a group takes, the bound, a placement group's end with its last process, a scope's
@@ -60,6 +61,27 @@ def test_a_later_engine_takes_its_ranks_processes_from_two_earlier_groups(ray_se
     assert (latents - reference).abs().max().item() <= 1e-4 * reference.abs().max().item()
 
 
+@pytest.fixture
+def kept_apart(monkeypatch):
+    """The processes kept by earlier tests set aside (kept again afterwards, for later tests), so
+    that this test's groups find only their own; what they leave is ended."""
+    monkeypatch.setattr(kept_ranks, "_kept", [])
+    yield
+    kept_ranks.end_kept()
+
+
+@pytest.mark.slow
+def test_a_group_takes_the_kept_processes_and_starts_only_the_ranks_left(ray_session, demo_checkpoint, kept_apart):
+    with Engine(_config(demo_checkpoint, ulysses=2)) as first:
+        first_pids = _pids(first)
+    with Engine(_config(demo_checkpoint, ulysses=2, decode_ranks=1)) as second:
+        second_pids = _pids(second)
+        latents = second.generate(_request()).latents
+    assert sorted(second_pids[:2]) == sorted(first_pids) and second_pids[2] not in first_pids
+    reference = single_device_latents(demo_checkpoint, CASE)
+    assert (latents - reference).abs().max().item() <= 1e-4 * reference.abs().max().item()
+
+
 @pytest.mark.slow
 def test_a_group_that_saw_a_failure_is_not_kept(ray_session, demo_checkpoint):
     with Engine(_config(demo_checkpoint, ulysses=2)) as engine:
@@ -89,11 +111,12 @@ def test_a_group_with_injected_faults_takes_kept_processes_and_its_faults_fire(r
 
 @pytest.fixture
 def stand_ins(monkeypatch):
-    """No scope open and nothing kept (the session's scope set aside); what is ended is recorded:
-    (actors killed, placement groups removed)."""
+    """No scope open and nothing kept (the session's scope set aside), on a Ray cluster of one node;
+    what is ended is recorded: (actors killed, placement groups removed)."""
     ended = []
     monkeypatch.setattr(kept_ranks, "_open_scopes", 0)
     monkeypatch.setattr(kept_ranks, "_kept", [])
+    monkeypatch.setattr(kept_ranks, "_one_node", lambda: True)
     def end(actors, groups):
         if actors or groups:
             ended.append((actors, groups))
@@ -119,20 +142,31 @@ def _group(name: str, kinds: str = "ee", node: str = "n1", env: str = "env") -> 
 
 
 def _actors(taken) -> list:
-    return None if taken is None else [kept.actor for kept in taken]
+    return [None if kept is None else kept.actor for kept in taken]
 
 
-def test_a_group_takes_its_kinds_from_several_groups_on_one_node_or_nothing(stand_ins):
+def test_on_several_nodes_a_group_takes_its_kinds_from_several_groups_on_one_node_or_nothing(stand_ins,
+                                                                                            monkeypatch):
+    monkeypatch.setattr(kept_ranks, "_one_node", lambda: False)
     with kept_ranks.reuse_rank_processes():
         kept_ranks.keep(_group("a", "ee"))
         kept_ranks.keep(_group("b", "d", node="n2"))
         kept_ranks.keep(_group("x", "d", env="another env"))
-        assert _actors(kept_ranks.take(("env", "s"), "eed")) is None  # the decode processes: another node or env
+        assert _actors(kept_ranks.take(("env", "s"), "eed")) == [None] * 3  # the decode ones: another node or env
         kept_ranks.keep(_group("c", "d"))
         assert _actors(kept_ranks.take(("env", "s"), "ede")) == ["a1", "c0", "a0"]  # the latest kept first
-        assert _actors(kept_ranks.take(("env", "s"), "e")) is None
+        assert _actors(kept_ranks.take(("env", "s"), "e")) == [None]
         assert _actors(kept_ranks.take(("env", "s"), "d")) == ["b0"]
         assert _actors(kept_ranks._kept) == ["x0"] and stand_ins == []
+
+
+def test_on_one_node_a_group_takes_what_is_kept_and_leaves_the_rest_to_start(stand_ins):
+    with kept_ranks.reuse_rank_processes():
+        kept_ranks.keep(_group("p", "e"))
+        kept_ranks.keep(_group("q", "ed"))
+        assert _actors(kept_ranks.take(("env", "s"), "eee")) == ["q0", "p0", None]  # the latest kept first
+        assert _actors(kept_ranks.take(("env", "s"), "dd")) == ["q1", None]
+        assert kept_ranks._kept == [] and stand_ins == []
 
 
 def test_the_longest_unused_go_first_beyond_the_bound_and_a_placement_group_goes_with_its_last(stand_ins):
@@ -142,7 +176,7 @@ def test_the_longest_unused_go_first_beyond_the_bound_and_a_placement_group_goes
         assert _killed(stand_ins) == ["a0"] and _removed(stand_ins) == []  # a1 still holds a's placement
         assert _actors(kept_ranks.take(("env", "s"), "e")) == ["c1"]
         kept_ranks.keep(_group("d", "e"))
-        assert _actors(kept_ranks.take(("env", "another session"), "e")) is None  # a new Ray session
+        assert _actors(kept_ranks.take(("env", "another session"), "e")) == [None]  # a new Ray session
         assert _killed(stand_ins) == ["a0", "a1", "b0", "b1", "c0", "d0"]  # the old one's are forgotten
         assert _removed(stand_ins) == ["a", "b", "d"]  # c1 runs in a group: c's placement stays
     taken = _group("e", "ed")

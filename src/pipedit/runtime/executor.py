@@ -65,7 +65,7 @@ class RayExecutor:
         self._rendezvous = ""  # rank 0's init_method, once the ranks started
         use_gpu = config.model.device_type() == "cuda"
         env = rank_env(fault_env, layout.ranks_per_node)
-        self.actors = []
+        self.actors: list = [None] * layout.world_size  # in rank order; None: not started (yet)
         self._calls: dict = {}  # object ref -> (rank, method), to name the rank that failed
         self._failed = False  # a call failed or hung: the group is never kept
         self._kinds = tuple(_worker_class(layout, rank).__name__ for rank in range(layout.world_size))
@@ -76,57 +76,62 @@ class RayExecutor:
         steady_env = {name: value for name, value in env.items() if name not in fault_env}
         self._kept_key = None if self._started_ray else kept_ranks.group_key(layout.nodes, use_gpu, steady_env)
         # Each rank's bundle: its kept_ranks.Placement where the placement group is ours, else None.
-        self._placements: list[kept_ranks.Placement | None] = []
+        self._placements: list[kept_ranks.Placement | None] = [None] * layout.world_size
         try:
-            if not self._reuse_kept(config, layout):
-                demand = (layout.world_size, layout.world_size if use_gpu else 0)  # (CPUs, GPUs) of its placement
-                if self._kept_key is not None:  # processes kept idle may hold the room this one needs
-                    kept_ranks.make_room(*demand)
-                group, bundle_of, own = _rank_bundles(layout, use_gpu)
-                placement = kept_ranks.Placement(group, demand, layout.world_size) if own else None
-                self._placements = [placement] * layout.world_size
-                self._start_actors(config, layout, use_gpu, env, group, bundle_of)
+            self._take_kept(config, layout)
+            missing = [rank for rank, actor in enumerate(self.actors) if actor is None]
+            if missing:
+                self._start_actors(config, layout, use_gpu, env, missing)
             self._start(config, model_path)
         except BaseException:
             self.close()  # no actor or GPU reservation outlives a failed start
             raise
 
-    def _reuse_kept(self, config: EngineConfig, layout: WorldLayout) -> bool:
-        """Takes kept rank processes for this group's ranks (kept_ranks), each rank starting anew as
-        this group's; False where too few are kept, or where one did not answer (then they are
-        ended, and the caller starts new ones)."""
+    def _take_kept(self, config: EngineConfig, layout: WorldLayout) -> None:
+        """Takes kept rank processes (kept_ranks) for as many of this group's ranks as there are,
+        each starting anew as its rank; where one does not answer, all taken are ended (and their
+        ranks start new processes)."""
         kept = kept_ranks.take(self._kept_key, self._kinds)
-        if kept is None:
-            return False
-        self.actors, self._placements = [k.actor for k in kept], [k.placement for k in kept]
+        taken = [rank for rank, process in enumerate(kept) if process is not None]
+        for rank in taken:
+            self.actors[rank], self._placements[rank] = kept[rank].actor, kept[rank].placement
+        if not taken:
+            return
         try:
-            self.get([actor.rebind.remote(config, layout, rank, self._fault_env)
-                      for rank, actor in enumerate(self.actors)],
+            self.get([self.actors[rank].rebind.remote(config, layout, rank, self._fault_env) for rank in taken],
                      config.reliability.rebuild_timeout_s)
         except UserInputError:
             raise  # this group's configuration: new processes would refuse it too
         except Exception as error:  # noqa: BLE001 - a process died while idle, or Ray lost it (submitting fails)
             _log.warning("kept rank processes did not answer (%s); starting new ones", error)
-            kept_ranks.end_ranks(self.actors, self._placements)
-            self.actors, self._placements, self._calls, self._failed = [], [], {}, False
-            return False
-        return True
+            kept_ranks.end_ranks([self.actors[rank] for rank in taken], [self._placements[rank] for rank in taken])
+            for rank in taken:
+                self.actors[rank] = self._placements[rank] = None
+            self._calls, self._failed = {}, False
 
-    def _start_actors(self, config: EngineConfig, layout: WorldLayout, use_gpu: bool, env: dict, group,
-                      bundle_of) -> None:
+    def _start_actors(self, config: EngineConfig, layout: WorldLayout, use_gpu: bool, env: dict,
+                      ranks: list[int]) -> None:
+        """New rank processes for `ranks` (every rank, or those no kept process took)."""
         ray = self._ray
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-        for rank in range(layout.world_size):
+        demand = (len(ranks), len(ranks) if use_gpu else 0)  # (CPUs, GPUs) of their placement
+        if self._kept_key is not None:  # processes kept idle may hold the room these need
+            kept_ranks.make_room(*demand)
+        group, bundle_of, own = _rank_bundles(layout, use_gpu, ranks)
+        placement = kept_ranks.Placement(group, demand, len(ranks)) if own else None
+        for rank in ranks:
+            self._placements[rank] = placement
+        for rank in ranks:
             worker = _worker_class(layout, rank)
             # Decode actors take a second call while decoding (prompt encoding for the next request).
             actor_class = ray.remote(num_cpus=1, num_gpus=1 if use_gpu else 0,
                                      max_concurrency=2 if worker is DecodeWorker else 1)(worker)
-            self.actors.append(actor_class.options(
+            self.actors[rank] = actor_class.options(
                 scheduling_strategy=PlacementGroupSchedulingStrategy(
                     group, placement_group_bundle_index=bundle_of(rank)),
                 runtime_env={"env_vars": env},
-            ).remote(config, layout, rank))
+            ).remote(config, layout, rank)
 
     def _start(self, config: EngineConfig, model_path: str) -> None:
         limit = config.reliability.rebuild_timeout_s  # a rank that cannot start must not wedge the server
@@ -236,7 +241,7 @@ class RayExecutor:
 
     def _clean(self) -> bool:
         """No call failed, and every call sent has finished without an error."""
-        if self._failed or not self.actors:
+        if self._failed or any(actor is None for actor in self.actors):
             return False
         outstanding = list(self._calls)
         done = self.ready(outstanding) if outstanding else []
@@ -304,8 +309,9 @@ def _thread_env(ranks_on_node: int) -> dict[str, str]:
     return {CPU_THREADS_ENV: str(cpu_threads_per_rank(ranks_on_node))}
 
 
-def _rank_bundles(layout: WorldLayout, use_gpu: bool):
-    """(placement group, rank -> its bundle's index, whether the group is ours). Inside a Serve
+def _rank_bundles(layout: WorldLayout, use_gpu: bool, ranks: list[int]):
+    """(placement group, rank -> its bundle's index, whether the group is ours) for `ranks` (all
+    of the layout's but where kept processes took some: on one node only). Inside a Serve
     replica started with placement_group_bundles (serve/ray_app/deployment.py: the replica's bundle, then
     one per rank; or one per node) the ranks take the replica's bundles, so Serve schedules whole
     rank groups; elsewhere a group of our own.
@@ -319,7 +325,9 @@ def _rank_bundles(layout: WorldLayout, use_gpu: bool):
 
     current = get_current_placement_group()
     if current is None:
-        return _own_group(layout, use_gpu), (layout.node_of if layout.nodes > 1 else (lambda rank: rank)), True
+        if layout.nodes > 1:
+            return _own_group(layout, use_gpu, ranks), layout.node_of, True
+        return _own_group(layout, use_gpu, ranks), ranks.index, True
     state = placement_group_table(current).get("state")
     if state != "CREATED":
         raise RuntimeError(f"this replica's placement group is {state}: a node that held its ranks is gone, and "
@@ -331,8 +339,8 @@ def _rank_bundles(layout: WorldLayout, use_gpu: bool):
     return current, (layout.node_of if layout.nodes > 1 else (lambda rank: rank + 1)), False
 
 
-def _own_group(layout: WorldLayout, use_gpu: bool):
-    """One bundle per rank on one node (STRICT_PACK), or one per node holding its ranks on
+def _own_group(layout: WorldLayout, use_gpu: bool, ranks: list[int]):
+    """One bundle per rank of `ranks` on one node (STRICT_PACK), or one per node holding its ranks on
     `layout.nodes` different nodes (STRICT_SPREAD); refused at once, naming the nodes, when the
     cluster has no room for it (Ray would wait without a word)."""
     import ray
@@ -341,7 +349,7 @@ def _own_group(layout: WorldLayout, use_gpu: bool):
     from .cluster import bundle_demand, cluster_nodes, describe_demand, describe_nodes, fits
 
     if layout.nodes == 1:
-        group = placement_group([{"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}] * layout.world_size,
+        group = placement_group([{"CPU": 1, "GPU": 1} if use_gpu else {"CPU": 1}] * len(ranks),
                                 strategy="STRICT_PACK")
     else:
         per_node = layout.ranks_per_node

@@ -6,9 +6,11 @@ rank group whose engine closes it cleanly are kept: each rank ends its process g
 what it loaded (RankWorker.release). A later group on one node takes kept processes, one of the
 right kind for each of its ranks (a process stays the actor class it started as: denoise or decode),
 all with the same key (environment, GPU or not, Ray session) and on one node, from whichever
-groups kept them; each becomes its rank anew (RankWorker.rebind). A group takes all its ranks so,
-or starts them all anew. A group with injected faults takes kept processes too: the rebind hands
-them its fault switch.
+groups kept them; each becomes its rank anew (RankWorker.rebind). On a Ray cluster of one node a
+group takes what is kept and starts new processes for the ranks left (in a placement group of
+their own: it lands on that one node); on several nodes it takes all its ranks so, or starts them
+all anew (Ray places a new group on any node with room, perhaps not the kept ones'). A group with
+injected faults takes kept processes too: the rebind hands them its fault switch.
 
 A process stays in the bundle it started in, so a placement group of ours lives as long as any
 process started in it (Placement counts them) and is removed with the last. Kept processes hold
@@ -103,38 +105,51 @@ def _ray_session() -> tuple[str, str]:
     return context.get_node_id(), context.get_job_id()
 
 
-def take(key: tuple | None, kinds: Sequence[str]) -> list[KeptRank] | None:
-    """Kept processes for a group of ranks of `kinds` (in rank order), all matching `key` and on
-    one node, the latest kept first; no longer kept. None if there are not enough. Processes of
-    another Ray session (one that ended) are dropped on the way."""
+def take(key: tuple | None, kinds: Sequence[str]) -> list[KeptRank | None]:
+    """Kept processes for a group of ranks of `kinds` (in rank order), in rank order: for each rank
+    one of its kind matching `key`, the latest kept first, all on one node (the one with the most),
+    no longer kept; None for a rank left to start anew. All None where the cluster has several
+    nodes and the kept ones cannot give every rank (see the module's text). Processes of another
+    Ray session (one that ended) are dropped on the way."""
     if key is None:
-        return None
+        return [None] * len(kinds)
+    partial = _one_node()
     with _lock:
         stale = [kept for kept in _kept if kept.key[-1] != key[-1]]
         for kept in stale:
             _kept.remove(kept)
         chosen = _choose(key, kinds)
-        for kept in chosen or ():
-            _kept.remove(kept)
+        if not partial and None in chosen:
+            chosen = [None] * len(kinds)
+        for kept in chosen:
+            if kept is not None:
+                _kept.remove(kept)
     _end_kept(stale)  # their processes ended with their Ray session; this only forgets them
     return chosen
 
 
-def _choose(key: tuple, kinds: Sequence[str]) -> list[KeptRank] | None:
+def _choose(key: tuple, kinds: Sequence[str]) -> list[KeptRank | None]:
     on_node: dict[str, list[KeptRank]] = {}
     for kept in reversed(_kept):
         if kept.key == key:
             on_node.setdefault(kept.placement.node, []).append(kept)
+    best: list[KeptRank | None] = [None] * len(kinds)
     for candidates in on_node.values():
-        chosen = []
+        chosen: list[KeptRank | None] = []
         for kind in kinds:
             found = next((c for c in candidates if c.kind == kind and all(c is not t for t in chosen)), None)
-            if found is None:
-                break
             chosen.append(found)
-        else:
-            return chosen
-    return None
+        if chosen.count(None) < best.count(None):
+            best = chosen
+    return best
+
+
+def _one_node() -> bool:
+    """Whether the Ray cluster has one live node (where any new placement group lands beside the
+    kept processes)."""
+    import ray
+
+    return sum(1 for node in ray.nodes() if node.get("Alive")) == 1
 
 
 def make_room(cpus: float, gpus: float) -> None:
@@ -177,13 +192,13 @@ def end_kept() -> None:
 
 
 def end_ranks(actors: list, placements: Sequence[Placement | None]) -> None:
-    """Kills the rank processes (also what clears an op stuck on a communicator); `placements`: one
-    entry per rank, started or not (None: a placement not ours, a Serve replica's), and a placement
-    group of ours is removed with its last rank. Errors are logged, not raised: processes may be
-    gone already."""
+    """Kills the rank processes (None: one not started; killing is also what clears an op stuck on
+    a communicator); `placements`: one entry per rank, started or not (None: a placement not ours, a
+    Serve replica's, or none made yet), and a placement group of ours is removed with its last
+    rank. Errors are logged, not raised: processes may be gone already."""
     with _lock:
         groups = _leave([placement for placement in placements if placement is not None])
-    _end(actors, groups)
+    _end([actor for actor in actors if actor is not None], groups)
 
 
 def _take_all() -> list[KeptRank]:
