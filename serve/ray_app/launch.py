@@ -20,7 +20,7 @@ from pipedit.hub import cluster_fetch_plan
 
 from . import data_folder, stopping
 from .deployment import engine_ranks, replica_bundles, spreads
-from .placement import check_placement, cluster_nodes, replica_demand
+from .placement import NodeCapacity, check_placement, cluster_nodes, replica_demand
 
 HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
 PROGRESS_S = 15.0  # how often a start that takes long says what Serve reports
@@ -64,6 +64,7 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     _stop_on_signals()
     owns_ray, connected, running_port, how, served, run = False, False, None, None, [], stopping.new_run()
     try:
+        _check_own_instance(config, address)
         owns_ray = _connect_ray(config, address)
         connected = True
         _stop_on_signals()
@@ -166,16 +167,35 @@ def _connect_ray(config: EngineConfig, address: str | None) -> bool:
     the instance."""
     from pipedit.runtime.ray_instance import connect_ray
 
-    cpus = sum(d[0] for d in replica_demand(replica_bundles(config)))
     try:
-        return connect_ray(address, num_cpus=max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas),
-                           log_to_driver=False)
+        return connect_ray(address, num_cpus=_own_instance_cpus(config), log_to_driver=False)
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
         if RAY_START_TIMEOUT not in str(error):
             raise
         raise UserInputError(f"Ray's node did not come up in time ({error.args[0].split('.')[0]}), most likely "
                              f"because the machine is busy or an earlier server's Ray is still stopping: wait until "
                              f"the load drops or that Ray has exited, then start again") from None
+
+
+def _own_instance_cpus(config: EngineConfig) -> int:
+    cpus = sum(d[0] for d in replica_demand(replica_bundles(config)))
+    return max(os.cpu_count() or 1, int(cpus) * config.serve.num_replicas)
+
+
+def _check_own_instance(config: EngineConfig, address: str | None) -> None:
+    """Where the server starts a Ray instance of its own, refuses replicas that cannot fit on it
+    before Ray starts (which takes seconds, a minute on a busy machine): its one node has
+    _own_instance_cpus and the GPUs torch sees, which Ray counts alike (CUDA_VISIBLE_DEVICES). On
+    a cluster, _serve checks what the cluster has once connected."""
+    import torch
+
+    from pipedit.runtime.ray_instance import cluster_address
+
+    if cluster_address(address) is not None:
+        return
+    this_machine = NodeCapacity("this machine (a Ray instance of its own)", _own_instance_cpus(config), torch.cuda.device_count())
+    check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
+                    [this_machine])
 
 
 def _running_serve_port() -> int | None:

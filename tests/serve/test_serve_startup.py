@@ -1,9 +1,9 @@
 """`pipedit serve` starts, or says why not, on any machine: a local Ray sized for the config, a
-placement that cannot fit refused before anything deploys, --port against a running Serve, Ctrl-C during
-start-up, and a killed rank recovered while /healthz keeps answering without waiting for the
-rebuild (tests/health_probes.py: what its times may show on a busy machine; the 3-rank demo config on
-this 2-core machine: its replica asks for 4 CPU bundles); its Ray listens on loopback only, and
-SIGTERM stops it as Ctrl-C does. Every server a test starts is taken down, its Ray with it, also
+placement that cannot fit on that instance refused before Ray starts, --port against a running
+Serve, Ctrl-C during start-up, and a killed rank recovered while /healthz keeps answering without
+waiting for the rebuild (tests/health_probes.py: what its times may show on a busy machine; the
+3-rank demo config on this 2-core machine: its replica asks for 4 CPU bundles); its Ray listens on
+loopback only, and SIGTERM stops it as Ctrl-C does. Every server a test starts is taken down, its Ray with it, also
 when the test fails."""
 
 import contextlib
@@ -134,9 +134,10 @@ def test_a_placement_that_cannot_fit_is_refused_before_deploying(tmp_path):
     config = tmp_path / "two-gpus.yaml"
     config.write_text("model: {device: cuda}\nparallel: {ulysses: 2}\n")
     with _serving(config, tmp_path, free_tcp_port()) as process:
-        out, _ = process.communicate(timeout=240)  # Ray's own start included: a minute on a busy machine
+        out, _ = process.communicate(timeout=240)  # before Ray starts: the server's imports only
     assert process.returncode == 2, out
     assert "needs 3 CPU(s) and 2 GPU(s) on one node" in out and "0 GPU(s)" in out
+    assert "this machine (a Ray instance of its own)" in out  # the check made before Ray starts
     # Refused before anything was deployed: not after Serve waited for a placement that cannot
     # come (it waits without end). What the server printed says so on a machine of any speed.
     assert "deploying" not in out, out
