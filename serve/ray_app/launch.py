@@ -193,7 +193,8 @@ def _check_own_instance(config: EngineConfig, address: str | None) -> None:
 
     if cluster_address(address) is not None:
         return
-    this_machine = NodeCapacity("this machine (a Ray instance of its own)", _own_instance_cpus(config), torch.cuda.device_count())
+    this_machine = NodeCapacity("this machine (a Ray instance of its own)", _own_instance_cpus(config),
+                                torch.cuda.device_count())
     check_placement(replica_demand(replica_bundles(config), spreads(config)), config.serve.num_replicas,
                     [this_machine])
 

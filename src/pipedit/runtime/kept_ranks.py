@@ -113,13 +113,13 @@ def take(key: tuple | None, kinds: Sequence[str]) -> list[KeptRank | None]:
     Ray session (one that ended) are dropped on the way."""
     if key is None:
         return [None] * len(kinds)
-    partial = _one_node()
     with _lock:
         stale = [kept for kept in _kept if kept.key[-1] != key[-1]]
         for kept in stale:
             _kept.remove(kept)
         chosen = _choose(key, kinds)
-        if not partial and None in chosen:
+        partial = None in chosen and any(kept is not None for kept in chosen)
+        if partial and not _one_node():  # asked of Ray only here: most takes are all or nothing
             chosen = [None] * len(kinds)
         for kept in chosen:
             if kept is not None:
