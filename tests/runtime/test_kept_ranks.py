@@ -195,6 +195,19 @@ def test_the_scopes_end_ends_what_it_kept_and_nothing_is_kept_outside_one(stand_
     assert kept_ranks.group_key(1, False, {}) is None
 
 
+def test_a_scope_that_kept_nothing_ends_without_ray(monkeypatch):
+    """The suite's scope is open in every test session, the GPU tests' too, where Ray may not be
+    installed: its end asks nothing of Ray when nothing is kept."""
+    import sys
+
+    for name in {"ray"} | {name for name in sys.modules if name.startswith("ray.")}:
+        monkeypatch.setitem(sys.modules, name, None)  # `import ray` (and of its modules) now raises ImportError
+    monkeypatch.setattr(kept_ranks, "_kept", [])
+    with kept_ranks.reuse_rank_processes():
+        pass
+    kept_ranks.end_kept()
+
+
 @pytest.mark.slow
 def test_a_kept_group_whose_process_died_is_replaced_by_new_processes(ray_session, demo_checkpoint):
     import ray

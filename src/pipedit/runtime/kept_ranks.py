@@ -223,6 +223,8 @@ def _end_kept(ranks: list[KeptRank]) -> None:
 
 
 def _end(actors: list, groups: list) -> None:
+    if not actors and not groups:  # nothing to end: needs no Ray (a scope that kept nothing, a machine without it)
+        return
     import ray
     from ray.util.placement_group import remove_placement_group
 
