@@ -62,7 +62,7 @@ class JobService:
         its video are kept (0: forever). `loras`: the adapters requests may choose by name."""
         self.engine, self.store, self.model_name = engine, store, model_name
         self.defaults, self.limits, self._validate, self.loras = defaults, limits, validate, loras
-        self.lease_s, self.owner = lease_s, owner or new_owner_id()
+        self.lease_s, self.owner, self.replicas = lease_s, owner or new_owner_id(), replicas
         self.max_attempts, self.retention = max(1, int(max_attempts)), float(retention)
         self.admission = Admission(store, limits, replicas)
         self.videos_dir = Path(data_dir) / "videos"
@@ -172,12 +172,18 @@ class JobService:
     def unfit(self) -> str | None:
         """Why this replica should be replaced (None: it should not): its engine loop stopped
         without the service closing, or its rank group could not be rebuilt (EngineLoop.stalled; its
-        jobs' leases are no longer renewed, so other replicas run them). Ray Serve's check_health."""
+        jobs' leases are no longer renewed, so other replicas run them). Ray Serve's check_health.
+
+        Not the only replica whose group waits for Ray to place it again (EngineLoop.awaits_placement):
+        a new replica's group would wait for the same room, and while Serve replaced it no replica
+        would run (/healthz down); it stays, degraded, and its rebuild works once Ray has placed it."""
         if self.dispatcher.draining.is_set():
             return None  # stopping on purpose
         if not self.engine.accepting:
             return "the engine loop has stopped"
         if getattr(self.engine, "stalled", False):
+            if self.replicas == 1 and getattr(self.engine, "awaits_placement", False):
+                return None
             return f"the rank group cannot be rebuilt: {self.engine.health[1]}"
         return None
 

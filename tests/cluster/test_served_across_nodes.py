@@ -4,7 +4,8 @@ on the other), the replica finds the data folder pipedit serve marked, and a job
 
 Then the node that holds only ranks is removed and a job is sent: the rebuild is refused while
 Ray's placement group lacks that node (rather than waiting rebuild_timeout_s with the job pinned),
-/healthz answers 200 throughout (times as tests/health_probes.py bounds them) and says why; a node joins, Ray places the group's
+/healthz answers 200 throughout (times as tests/health_probes.py bounds them) and says why (the only
+replica is not replaced meanwhile: serve/jobs/service.py's unfit); a node joins, Ray places the group's
 bundle there, the rebuild works and the job completes, once. Prints the time from the loss to the
 job done."""
 
@@ -50,10 +51,10 @@ def _done(url: str, job: dict, deadline: float, every=None) -> dict:
 
 
 def _status(url: str, job: dict) -> dict:
-    """The job as GET /v1/videos/{id} says, or {"status": "no answer"} when the GET timed out. The
-    replica whose rank group cannot be rebuilt fails Serve's health check and Serve replaces it; with
-    one replica a GET waits at the proxy until the new one is up (over 60 s on a busy machine). The
-    job's deadline bounds that wait; /healthz, answered by the front, is held to its own bound."""
+    """The job as GET /v1/videos/{id} says, or {"status": "no answer"} when the GET timed out (a
+    replica that is being replaced answers nothing until the new one is up: over 60 s on a busy
+    machine). The job's deadline bounds that wait; /healthz, answered by the front, is held to its
+    own bound."""
     try:
         return _json(f"{url}/v1/videos/{job['id']}")
     except (TimeoutError, urllib.error.URLError) as error:

@@ -12,7 +12,7 @@ import torch
 
 from pipedit.request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest, VideoResult
 from pipedit.runtime.engine_loop import EngineLoop
-from pipedit.runtime.rank_failure import RankGroupError
+from pipedit.runtime.rank_failure import PlacementAwaitsNode, RankGroupError
 from pipedit.serve.contract.schemas import VideoCreateParams
 from job_engines import FakeEngine, InstantEngine, service_on
 from serve_helpers import wait_for
@@ -26,9 +26,9 @@ def _group_dies_once(run, request: VideoRequest):
         yield VideoResult(request.request_id, torch.full((5, 8, 8, 3), 0.5), torch.zeros(1))
 
 
-def _loop_whose_rebuilds_fail(script, why: str):
-    """(the fake engine, an EngineLoop over it, an Event): every rebuild fails with `why` until the
-    event is set (the lost node is back)."""
+def _loop_whose_rebuilds_fail(script, why: str, error=RuntimeError):
+    """(the fake engine, an EngineLoop over it, an Event): every rebuild fails with error(why) until
+    the event is set (the lost node is back)."""
     engine = FakeEngine(script, retries=5)
     node_back = threading.Event()
     loop = EngineLoop(engine)
@@ -37,7 +37,7 @@ def _loop_whose_rebuilds_fail(script, why: str):
 
     def recover():
         if not node_back.is_set():
-            raise RuntimeError(why)
+            raise error(why)
         return real_recover()
 
     engine.run.recover = recover
@@ -69,6 +69,40 @@ def test_a_replica_that_cannot_rebuild_hands_its_jobs_to_another(tmp_path):
         stalled.shutdown()
         if other is not None:
             other.close()
+
+
+def _group_dies_once_then_done(run, request: VideoRequest):
+    """_group_dies_once, with the final event the engine sends before a video (the job service
+    takes the outcome on that event)."""
+    for outcome in _group_dies_once(run, request):
+        if isinstance(outcome, VideoResult):
+            run.emit(RequestEvent(request.request_id, RequestStatus.DONE))
+        yield outcome
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_only_the_only_replica_whose_group_awaits_its_node_stays(tmp_path, replicas):
+    """Its group waits for Ray to place it again (the executor's PlacementAwaitsNode): a new
+    replica's would wait for the same room, and no replica would run meanwhile, so the only replica
+    is not unfit (degraded, saying why) and runs the job once rebuilt; one of two is unfit."""
+    why = "this replica's placement group is RESCHEDULING: a node that held its ranks is gone"
+    _, loop, node_back = _loop_whose_rebuilds_fail(_group_dies_once_then_done, why, PlacementAwaitsNode)
+    service = service_on(loop, tmp_path, lease_s=1.0, owner="waiting", replicas=replicas)
+    try:
+        job = service.create(VideoCreateParams(prompt="a fox"))
+        wait_for(lambda: loop.stalled, timeout=15)
+        assert loop.awaits_placement
+        status, reason = service.health()
+        assert status == "degraded" and why in reason
+        if replicas == 2:
+            assert "cannot be rebuilt" in service.unfit() and why in service.unfit()
+            return
+        assert service.unfit() is None
+        node_back.set()
+        wait_for(lambda: service.store.get(job.id).status == "completed", timeout=30)
+        assert not loop.awaits_placement and service.unfit() is None
+    finally:
+        service.shutdown()
 
 
 def _retry_runs_until_cancelled(run, request: VideoRequest):

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from ..config import EngineConfig
 from ..request import RequestCancelled, RequestEvent, RequestFailure, RequestStatus, VideoRequest
 from .engine import Engine
-from .rank_failure import is_request_error
+from .rank_failure import PlacementAwaitsNode, is_request_error
 from .request_pipeline import EventCallback, Outcome
 
 _log = logging.getLogger(__name__)
@@ -66,6 +66,7 @@ class EngineLoop:
         self._attempts: dict[str, int] = {}  # request id -> retries so far
         self._health = ("ok", None)
         self._stalled = False  # a rebuild failed; the next try may work
+        self._rebuild_error: Exception | None = None  # the last failed rebuild's, until one works
         self._thread = threading.Thread(target=self._loop, name="pipedit-engine", daemon=True)
         self._thread.start()
 
@@ -138,6 +139,12 @@ class EngineLoop:
         return self._stalled
 
     @property
+    def awaits_placement(self) -> bool:
+        """Stalled only until Ray places this replica's placement group again (a node it lost is
+        replaced by one with room): the last rebuild was refused for that (PlacementAwaitsNode)."""
+        return self._stalled and isinstance(self._rebuild_error, PlacementAwaitsNode)
+
+    @property
     def queue_length(self) -> int:
         with self._lock:
             return len(self._queue)
@@ -189,14 +196,14 @@ class EngineLoop:
                 break
             except Exception as error:  # noqa: BLE001 - keep the server up, say why in /healthz
                 _log.exception("rank group rebuild failed")
-                self._stalled = True
+                self._stalled, self._rebuild_error = True, error
                 self._health = ("degraded", f"rank group rebuild failed ({error}); retrying in {pause:.0f} s")
                 with self._lock:
                     if self._lock.wait_for(lambda: self._stopping, pause):
                         return
                 pause = min(pause * 2, REBUILD_BACKOFF_S[1])
         _log.warning("rank group rebuilt in %.1f s", time.monotonic() - started)
-        self._stalled = False
+        self._stalled, self._rebuild_error = False, None
         self._health = ("ok", None)
 
     def _retry(self, request: VideoRequest, error: BaseException) -> bool:

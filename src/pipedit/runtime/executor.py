@@ -26,7 +26,7 @@ from .decode_worker import DecodeWorker
 from .layout import WorldLayout
 from .rank import CPU_THREADS_ENV, cpu_threads_per_rank
 from .ray_instance import ensure_ray, stop_ray
-from .rank_failure import RankGroupError, leaves_group_intact
+from .rank_failure import PlacementAwaitsNode, RankGroupError, leaves_group_intact
 from .worker import DenoiseWorker
 
 _log = logging.getLogger(__name__)
@@ -318,9 +318,10 @@ def _rank_bundles(layout: WorldLayout, use_gpu: bool, ranks: list[int]):
 
     A replica's group that lost a node (Ray's state RESCHEDULING: its bundles there wait for a node
     with room) is refused at once: ranks started into it would wait, up to rebuild_timeout_s, with
-    the replica's jobs pinned to it. Refused, the rebuild fails, the replica hands its jobs to the
-    others and fails Serve's health check (runtime/engine_loop.py, serve/jobs/service.py), and a later
-    rebuild works once Ray has placed the group again."""
+    the replica's jobs pinned to it. Refused (PlacementAwaitsNode), the rebuild fails, the replica
+    hands its jobs to the others and fails Serve's health check, unless it is the only replica
+    (runtime/engine_loop.py, serve/jobs/service.py), and a later rebuild works once Ray has placed
+    the group again."""
     from ray.util.placement_group import get_current_placement_group, placement_group_table
 
     current = get_current_placement_group()
@@ -330,8 +331,8 @@ def _rank_bundles(layout: WorldLayout, use_gpu: bool, ranks: list[int]):
         return _own_group(layout, use_gpu, ranks), ranks.index, True
     state = placement_group_table(current).get("state")
     if state != "CREATED":
-        raise RuntimeError(f"this replica's placement group is {state}: a node that held its ranks is gone, and "
-                           f"Ray places them again when a node with room joins")
+        raise PlacementAwaitsNode(f"this replica's placement group is {state}: a node that held its ranks is gone, "
+                                  f"and Ray places them again when a node with room joins")
     need = layout.nodes if layout.nodes > 1 else layout.world_size + 1
     if len(current.bundle_specs) < need:
         raise RuntimeError(f"this replica's placement group has {len(current.bundle_specs)} bundles; "

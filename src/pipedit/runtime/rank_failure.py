@@ -20,6 +20,11 @@ class RankGroupError(RuntimeError):
         self.rebuild = rebuild
 
 
+class PlacementAwaitsNode(RuntimeError):
+    """A Serve replica's placement group lost a node (Ray's state RESCHEDULING): no rank can start in
+    it until Ray places the lost bundles again, when a node with room joins."""
+
+
 def is_request_error(error: BaseException | None) -> bool:
     """Whether `error` (or what caused it, e.g. a rank's exception inside a RankGroupError) says
     the request itself is bad, so running it again fails again."""
