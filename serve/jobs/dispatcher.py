@@ -364,6 +364,7 @@ class Dispatcher:
                 aside.unlink(missing_ok=True)
                 self.fail(record, attempt, "write_failed", str(error))
                 return
+            self.sweeper.remove_earlier_attempts(record.id, attempt)
             done = self._final(record.id, attempt, status="completed", progress=100, completed_at=now,
                                video_file=target.name, extras=dict(extras, stage="done", timings=timings,
                                                                    finished_at=now))

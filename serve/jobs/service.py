@@ -174,9 +174,10 @@ class JobService:
         without the service closing, or its rank group could not be rebuilt (EngineLoop.stalled; its
         jobs' leases are no longer renewed, so other replicas run them). Ray Serve's check_health.
 
-        Not the only replica whose group waits for Ray to place it again (EngineLoop.awaits_placement):
-        a new replica's group would wait for the same room, and while Serve replaced it no replica
-        would run (/healthz down); it stays, degraded, and its rebuild works once Ray has placed it."""
+        The only replica (replicas 1) whose group waits for Ray to place it again is not unfit for
+        that (EngineLoop.awaits_placement): a new replica's group would wait for the same room, and
+        while Serve replaced it no replica would run (/healthz down); it stays, degraded, and its
+        rebuild works once Ray has placed the group."""
         if self.dispatcher.draining.is_set():
             return None  # stopping on purpose
         if not self.engine.accepting:

@@ -57,6 +57,14 @@ class FileSweeper:
         for partial in self.videos_dir.glob(f".{video_id}.*"):
             partial.unlink(missing_ok=True)
 
+    def remove_earlier_attempts(self, video_id: str, attempt: int) -> None:
+        """Temporary files of the job's attempts before `attempt`, once `attempt` completed it (a
+        replica that died writing one left it; the sweep would remove it within a minute)."""
+        for path in self.videos_dir.glob(f".{video_id}.*"):
+            match = _TEMP.match(path.name)
+            if match is not None and int(match["attempt"]) < attempt:
+                path.unlink(missing_ok=True)
+
     def sweep(self, now: float | None = None) -> list[str]:
         """Deletes the jobs (row and files) that finished more than `retention` seconds before
         `now` (default: the time), and stale temporary files; returns the deleted ids."""

@@ -66,6 +66,26 @@ def test_stale_temporary_files_are_removed_at_startup(tmp_path):
         service.close()
 
 
+def test_a_completion_removes_what_earlier_attempts_left_at_once(tmp_path):
+    """An earlier attempt's replica died writing the video (tests/serve/test_ray_replicas.py, on a
+    busy machine): the attempt that completes the job removes that file, not the next sweep."""
+    store = JobStore.in_folder(tmp_path)
+    store.add(JobRecord(id=_id("d"), status="queued", created_at=time.time(), params=PARAMS, attempt=1))
+    store.close()
+    videos = tmp_path / "videos"
+    videos.mkdir()
+    for name in (f".{_id('d')}.attempt1.mp4", f".{_id('d')}.attempt1.mp4.wav"):  # left by attempt 1
+        (videos / name).write_bytes(b"x")
+    service = service_on(InstantEngine(), tmp_path)  # its start keeps them: attempt 1 is the job's latest
+    try:
+        service.sweeper.remove_stale_files = lambda: 0  # only the completion may remove them
+        wait_for(lambda: service.get(_id("d")).status == "completed", timeout=30)
+        assert service.store.get(_id("d")).attempt == 2
+        assert [p.name for p in videos.iterdir()] == [f"{_id('d')}.mp4"]
+    finally:
+        service.close()
+
+
 def test_a_completed_job_leaves_only_its_video(tmp_path):
     service = service_on(InstantEngine(), tmp_path)
     try:
