@@ -81,7 +81,7 @@ def _group_dies_once_then_done(run, request: VideoRequest):
 
 
 @pytest.mark.parametrize("replicas", [1, 2])
-def test_only_the_only_replica_whose_group_awaits_its_node_stays(tmp_path, replicas):
+def test_the_only_replica_whose_group_awaits_its_node_is_not_replaced(tmp_path, replicas):
     """Its group waits for Ray to place it again (the executor's PlacementAwaitsNode): a new
     replica's would wait for the same room, and no replica would run meanwhile, so the only replica
     is not unfit (degraded, saying why) and runs the job once rebuilt; one of two is unfit."""
