@@ -88,8 +88,6 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
            served: list, run: str) -> None:
     """Deploys the app, waits until it is healthy (then appends the URL to `served`), and serves
     until a Stop."""
-    from ray import serve
-
     from ..jobs.from_config import data_dir_for
 
     nodes = cluster_nodes()
@@ -101,7 +99,7 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     port = _serve_port(config.serve.port, port_given, running_port)
     print(f"pipedit: deploying {config.serve.num_replicas} replica(s) of {engine_ranks(config)} rank(s) each "
           f"(loading the model; progress every {PROGRESS_S:.0f} s)", flush=True)
-    serve.start(proxy_location=config.serve.proxy_location,
+    start_serve(proxy_location=config.serve.proxy_location,
                 http_options={"host": config.serve.host, "port": port,
                               "keep_alive_timeout_s": config.serve.keep_alive_timeout_s})
     run_applications(config, mark, run)
@@ -113,6 +111,20 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
     if demo_prompt:
         print(_render(url, demo_prompt, config.serve.api_keys, data_dir_for(config)), flush=True)
     _watch_replicas(config.serve.num_replicas)
+
+
+def start_serve(**options) -> None:
+    """serve.start(**options), on a head slower than Serve expects too. serve.start waits for the
+    HTTP proxies (60 s, Ray Serve's HTTP_PROXY_TIMEOUT) and raises TimeoutError while they go on
+    starting: seen on a busy machine. A second call finds the controller running and returns; the
+    health wait (`_wait_healthy`, or a caller's own) then tells when the proxy answers."""
+    from ray import serve
+
+    try:
+        serve.start(**options)
+    except TimeoutError as error:
+        print(f"pipedit: {error} Waiting for the proxy with the replicas", file=sys.stderr, flush=True)
+        serve.start(**options)
 
 
 def run_applications(config: EngineConfig, data_mark: str | None = None, run: str | None = None) -> None:

@@ -67,7 +67,7 @@ def served(cluster, demo_checkpoint, tmp_path_factory):
     from ray import serve
 
     from pipedit.serve.ray_app.deployment import replica_bundles, spreads
-    from pipedit.serve.ray_app.launch import run_applications
+    from pipedit.serve.ray_app.launch import run_applications, start_serve
     from pipedit.serve.ray_app.placement import check_placement, cluster_nodes, replica_demand
 
     data = tmp_path_factory.mktemp("cluster-data")  # every node of this test cluster shares the disk
@@ -77,7 +77,7 @@ def served(cluster, demo_checkpoint, tmp_path_factory):
                           serve=ServeConfig(port=port, data_dir=str(data), num_replicas=2, job_lease_s=LEASE_S))
     check_placement(replica_demand(replica_bundles(config), spreads(config)), 2, cluster_nodes())
     try:
-        serve.start(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
+        start_serve(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
         run_applications(config)
         _wait(lambda: _running_replicas() == 2 and _get(f"http://127.0.0.1:{port}/healthz", LIMIT_S)[0] == 200,
               timeout=300)  # LIMIT_S: a busy machine delays single probes (tests/health_probes.py)

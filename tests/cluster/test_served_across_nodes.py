@@ -68,7 +68,7 @@ def test_a_replica_over_two_nodes_serves_a_job_and_survives_losing_one(cluster, 
 
     from pipedit.serve.ray_app import data_folder
     from pipedit.serve.ray_app.deployment import replica_bundles, spreads
-    from pipedit.serve.ray_app.launch import run_applications
+    from pipedit.serve.ray_app.launch import run_applications, start_serve
     from pipedit.serve.ray_app.placement import check_placement, cluster_nodes, replica_demand
 
     port = free_tcp_port()
@@ -81,7 +81,7 @@ def test_a_replica_over_two_nodes_serves_a_job_and_survives_losing_one(cluster, 
     url = f"http://127.0.0.1:{port}"
     job = {"prompt": "a lighthouse", "size": "32x32", "num_frames": 5, "num_inference_steps": 2}
     try:
-        serve.start(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
+        start_serve(proxy_location=config.serve.proxy_location, http_options={"host": "127.0.0.1", "port": port})
         run_applications(config, data_folder.mark(tmp_path))
         deadline = time.monotonic() + 300
         while not _started(url):

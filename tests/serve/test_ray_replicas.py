@@ -19,8 +19,9 @@ def _serve_app(config, port):
     from ray import serve
 
     from pipedit.serve.ray_app.deployment import APP_NAME, build_application
+    from pipedit.serve.ray_app.launch import start_serve
 
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    start_serve(http_options={"host": "127.0.0.1", "port": port})
     serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
     url = f"http://127.0.0.1:{port}"
 

@@ -15,11 +15,12 @@ def test_serve_application_renders_a_video(ray_session, demo_checkpoint, tmp_pat
     from ray import serve
 
     from pipedit.serve.ray_app.deployment import APP_NAME, build_application
+    from pipedit.serve.ray_app.launch import start_serve
 
     port = free_tcp_port()
     config = EngineConfig(model=ModelConfig(path=str(demo_checkpoint)),
                           serve=ServeConfig(port=port, data_dir=str(tmp_path)))
-    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    start_serve(http_options={"host": "127.0.0.1", "port": port})
     try:
         serve.run(build_application(config), name=APP_NAME, route_prefix="/", blocking=False)
         url = f"http://127.0.0.1:{port}"

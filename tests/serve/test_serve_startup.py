@@ -52,6 +52,29 @@ def test_placement_fits_per_node_and_names_what_is_missing():
         check_placement(spread, 1, two_nodes[:1])  # one big node is not two
 
 
+def test_a_proxy_slower_than_serves_own_wait_is_waited_for(monkeypatch, capsys):
+    """serve.start raises TimeoutError when its HTTP proxy is not up within 60 s (a busy machine); the
+    start calls it once more (it then finds the running controller) and goes on to the health wait.
+    A second timeout is an error."""
+    from ray import serve
+
+    calls = []
+
+    def proxy_up_late(**options):
+        calls.append(options)
+        if len(calls) == 1 or options.get("http_options", {}).get("port") == 2:
+            raise TimeoutError("HTTP proxies not available after 60s.")
+
+    monkeypatch.setattr(serve, "start", proxy_up_late)
+    launch.start_serve(proxy_location="HeadOnly", http_options={"port": 1})
+    assert calls == [{"proxy_location": "HeadOnly", "http_options": {"port": 1}}] * 2
+    assert "HTTP proxies not available after 60s. Waiting for the proxy" in capsys.readouterr().err
+    calls.clear()
+    with pytest.raises(TimeoutError, match="after 60s"):
+        launch.start_serve(http_options={"port": 2})
+    assert len(calls) == 2
+
+
 def test_a_port_that_a_running_serve_cannot_take_is_refused_or_followed():
     with pytest.raises(UserInputError, match="Serve already runs on this Ray cluster with HTTP port 8000"):
         launch._serve_port(9000, port_given=True, running=8000)
