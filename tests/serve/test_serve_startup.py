@@ -169,8 +169,10 @@ def test_a_placement_that_cannot_fit_is_refused_before_deploying(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_during_start_up_stops_within_seconds(tmp_path):
     with _serving(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, free_tcp_port()) as process:
+        printed = []  # what it said, for a failure's message
         while "deploying" not in (line := process.stdout.readline()):
-            assert line, "the server exited before deploying"
+            assert line, "the server exited before deploying:\n" + "".join(printed)
+            printed.append(line)
         time.sleep(2)  # the replica and its ranks are starting
         assert _stop(process) < 20
 
