@@ -134,15 +134,16 @@ def _get(url: str, timeout: float = 5.0) -> dict:
         return json.loads(response.read())
 
 
-def _wait_serving(process: subprocess.Popen, limit_s: float = 240) -> list[str]:
+def _wait_serving(process: subprocess.Popen, until: str = "pipedit: serving http", limit_s: float = 240) -> list[str]:
+    """The server's lines up to the first that holds `until`; fails with all it printed."""
     lines, deadline = [], time.monotonic() + limit_s
     while time.monotonic() < deadline:
         line = process.stdout.readline()
-        assert line or process.poll() is None, "the server exited:\n" + "".join(lines)
+        assert line or process.poll() is None, f"the server exited before {until!r}:\n" + "".join(lines)
         lines.append(line)
-        if "pipedit: serving http" in line:
+        if until in line:
             return lines
-    raise AssertionError("the server did not start:\n" + "".join(lines))
+    raise AssertionError(f"the server did not print {until!r}:\n" + "".join(lines))
 
 
 def _stop(process: subprocess.Popen) -> float:
@@ -169,10 +170,7 @@ def test_a_placement_that_cannot_fit_is_refused_before_deploying(tmp_path):
 @pytest.mark.slow
 def test_ctrl_c_during_start_up_stops_within_seconds(tmp_path):
     with _serving(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, free_tcp_port()) as process:
-        printed = []  # what it said, for a failure's message
-        while "deploying" not in (line := process.stdout.readline()):
-            assert line, "the server exited before deploying:\n" + "".join(printed)
-            printed.append(line)
+        _wait_serving(process, until="deploying")
         time.sleep(2)  # the replica and its ranks are starting
         assert _stop(process) < 20
 
