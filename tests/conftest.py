@@ -1,6 +1,9 @@
 import os
+import sys
 
 import pytest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "preforked"))
 
 # Ray and tokenizers read these at import time; tests never reach a hub.
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -9,6 +12,15 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The compile tests' graphs (in this process, its spawned ranks and the next runs) come from
 # inductor's on-disk FX graph cache after their first build (torch's default; kept on if unset).
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+
+
+def pytest_configure(config):
+    """Ray workers start as forked copies of a preloaded interpreter (tests/preforked), one
+    server per process that runs tests (not xdist's controller)."""
+    if hasattr(config, "workerinput") or not config.getoption("numprocesses", default=None):
+        import preforked_workers
+
+        preforked_workers.start()
 
 
 @pytest.fixture(scope="session")
