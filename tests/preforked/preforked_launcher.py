@@ -63,7 +63,11 @@ def main(argv):
     request = json.dumps({"argv": argv, "env": dict(os.environ), "cwd": os.getcwd()}).encode()
     conn.sendmsg([len(request).to_bytes(8, "big") + request],
                  [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-    pid = int(replies.readline())
+    reply = replies.readline()  # the copy's pid; empty if the server could not fork
+    if not reply:
+        log(f"fresh {os.getpid()}: the server did not fork")
+        fresh(argv)
+    pid = int(reply)
 
     def forward(signum, _frame):
         try:
