@@ -116,13 +116,15 @@ def _serve(config: EngineConfig, port_given: bool, running_port: int | None, dem
 def start_serve(**options) -> None:
     """serve.start(**options), on a head slower than Serve expects too. serve.start waits for the
     HTTP proxies (60 s, Ray Serve's HTTP_PROXY_TIMEOUT) and raises TimeoutError while they go on
-    starting: seen on a busy machine. A second call finds the controller running and returns; the
-    health wait (`_wait_healthy`, or a caller's own) then tells when the proxy answers."""
+    starting, or ActorDiedError where Serve's controller killed a proxy that missed its own readiness
+    check and starts another: both seen on a busy machine. A second call finds the controller running
+    and returns; the health wait (`_wait_healthy`, or a caller's own) then tells when a proxy answers."""
     from ray import serve
+    from ray.exceptions import ActorDiedError
 
     try:
         serve.start(**options)
-    except TimeoutError as error:
+    except (TimeoutError, ActorDiedError) as error:
         print(f"pipedit: {error} Waiting for the proxy with the replicas", file=sys.stderr, flush=True)
         serve.start(**options)
 
