@@ -60,13 +60,20 @@ def test_a_worker_asking_for_another_import_time_environment_starts_fresh(server
 
 
 def test_signals_reach_the_copy_and_a_killed_launcher_takes_its_copy_along(server_ready, tmp_path):
-    script = _script(tmp_path, "print(os.getpid(), flush=True); time.sleep(600)")
+    # The copy answers SIGTERM by killing itself with SIGKILL: the launcher ends that way only if it
+    # forwarded the signal (unforwarded, SIGTERM would end the launcher itself) and ends as its copy did.
+    script = _script(tmp_path, "import signal\n"
+                               "def ended(*_):\n    print('got', signal.SIGTERM.value, flush=True); "
+                               "os.kill(os.getpid(), signal.SIGKILL)\n"
+                               "signal.signal(signal.SIGTERM, ended)\n"
+                               "print(os.getpid(), flush=True); time.sleep(600)")
     launchers = [subprocess.Popen([*LAUNCHER, script], stdout=subprocess.PIPE, text=True) for _ in range(2)]
     try:
         copies = [int(launcher.stdout.readline()) for launcher in launchers]
         assert all(_parent_of(pid) == server_ready for pid in copies)
-        launchers[0].send_signal(signal.SIGTERM)  # forwarded: the copy ends, the launcher ends as it did
-        assert launchers[0].wait(timeout=30) == -signal.SIGTERM
+        launchers[0].send_signal(signal.SIGTERM)
+        assert launchers[0].wait(timeout=30) == -signal.SIGKILL
+        assert launchers[0].stdout.read() == f"got {signal.SIGTERM.value}\n"
         launchers[1].kill()  # as Ray kills a worker it started: the server kills the copy
         launchers[1].wait(timeout=30)
         deadline = time.monotonic() + 30
