@@ -38,15 +38,19 @@ def test_load_refuses_a_remote_endpoint_and_bad_counts(capsys):
 
 
 @pytest.fixture
-def idle_server(tmp_path):
+def idle_server(request, tmp_path):
+    """An idle engine's server. Its body time limit is 30 s unless a test asks for less
+    (`indirect` parametrisation): on a busy machine a plain POST's body can take longer than the
+    0.5 s that the slow-connection tests need, and a 408 would count as a client error."""
     from pipedit.config import GenerationDefaults
     from pipedit.serve.http.app import build_app
     from pipedit.serve.jobs.service import JobService
     from pipedit.serve.jobs.store import JobStore
     from serve_helpers import IdleEngine, serve_in_thread
 
+    limits = ServiceLimits(max_queued=100, body_timeout_s=getattr(request, "param", 30.0))
     service = JobService(IdleEngine(), JobStore.in_folder(tmp_path), tmp_path, "demo",
-                         GenerationDefaults(64, 64, 5, 2), ServiceLimits(max_queued=100, body_timeout_s=0.5))
+                         GenerationDefaults(64, 64, 5, 2), limits)
     url, stop = serve_in_thread(build_app(service))
     yield url, service
     stop()
@@ -81,6 +85,7 @@ def test_load_counts_5xx_answers(idle_server):
     assert "5xx 3" in report.text() and "FAILED" in report.text()
 
 
+@pytest.mark.parametrize("idle_server", [0.5], indirect=True, ids=["body-limit-0.5s"])
 def test_slow_connections_are_held_open_and_healthz_is_timed(idle_server, capsys):
     # `--slow-connections`: half trickle a POST body, half a GET's headers, one byte or line every
     # --slow-interval; the server's body time limit (here 0.5 s) ends the POSTs with 408 and each is
@@ -97,6 +102,7 @@ def test_slow_connections_are_held_open_and_healthz_is_timed(idle_server, capsys
     assert main(["bench", "load", "--endpoint", url, "--slow-connections", "-1"]) == 2
 
 
+@pytest.mark.parametrize("idle_server", [0.5], indirect=True, ids=["body-limit-0.5s"])
 def test_slow_connections_bring_header_floods_and_event_streams_time_healthz(idle_server, capsys):
     # With --slow-connections the run also floods headers (the review's 4,000 lines of 65,000 bytes,
     # 3 rounds of 2): each is answered 431 (serve.max_header_bytes), and the Serve proxy's memory
