@@ -12,6 +12,12 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # The compile tests' graphs (in this process, its spawned ranks and the next runs) come from
 # inductor's on-disk FX graph cache after their first build (torch's default; kept on if unset).
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
+# One torch (OpenMP) thread per test process, as every Ray rank has: the suite keeps both cores busy
+# with two xdist workers and the rank processes, and a second thread per process only spins.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Ray's log monitor looks for new worker log files every 0.5 s instead of every 0.1 s once a
+# session has started many workers (half its CPU on an idle session with about 120 log files).
+os.environ.setdefault("RAY_LOG_MONITOR_MANY_FILES_THRESHOLD", "0")
 
 
 def pytest_configure(config):

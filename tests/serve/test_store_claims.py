@@ -118,25 +118,16 @@ def test_unknown_columns_and_the_id_cannot_be_updated(tmp_path):
     store.close()
 
 
-def _claim_all_in_a_process(url, name, results, start):
-    store = JobStore(url)
-    taken = []
-    start.wait(timeout=60)  # all processes claim at the same time
-    while (record := store.claim(name, 30)) is not None:
-        taken.append(record.id)
-        time.sleep(0.01)
-    results.put((name, taken))
-    store.close()
-
-
 @pytest.mark.slow
 def test_claimers_in_separate_processes_never_share_a_job(store_url):
     import multiprocessing
 
+    from store_claimer import claim_all_in_a_process
+
     _fill(seed := JobStore(store_url), 30)
     context = multiprocessing.get_context("spawn")
     results, start = context.Queue(), context.Barrier(3)
-    workers = [context.Process(target=_claim_all_in_a_process, args=(store_url, f"p{i}", results, start))
+    workers = [context.Process(target=claim_all_in_a_process, args=(store_url, f"p{i}", results, start))
                for i in range(3)]
     for worker in workers:
         worker.start()
