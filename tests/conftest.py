@@ -13,7 +13,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 # inductor's on-disk FX graph cache after their first build (torch's default; kept on if unset).
 os.environ.setdefault("TORCHINDUCTOR_FX_GRAPH_CACHE", "1")
 # One torch (OpenMP) thread per test process, as every Ray rank has: the suite keeps both cores busy
-# with two xdist workers and the rank processes, and a second thread per process only spins.
+# with its xdist workers and the rank processes, and a second thread per process only spins (the
+# suite took 833 s with two threads and 626 s with one, both under a /proc sampler).
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 # Ray's log monitor looks for new worker log files every 0.5 s instead of every 0.1 s once a
 # session has started many workers (half its CPU on an idle session with about 120 log files).
@@ -112,7 +113,7 @@ def wan_three_heads_adapters(wan_three_heads, tmp_path_factory):
     return write_wan_adapters(wan_three_heads, tmp_path_factory.mktemp("loras"))
 
 
-# Under pytest-xdist (`make test`: -n 2 --dist loadgroup --no-loadscope-reorder), each module's tests
+# Under pytest-xdist (`make test`: -n 3 --dist loadgroup --no-loadscope-reorder), each module's tests
 # run on one worker, so its module-scoped engines and services start once; the cluster folder's
 # tests, which share one Ray cluster of three nodes, run on one worker too. Each worker has its own
 # session Ray. The modules with a `slow` test are handed out first, so that none of them starts
