@@ -19,6 +19,13 @@ import torch
 
 from .sound import Soundtrack, probe_audio, write_wav
 
+# Hazard: imageio-ffmpeg starts ffmpeg with preexec_fn=os.setpgrp (to keep a terminal's Ctrl-C from
+# it), and a preexec_fn makes subprocess fork() and run Python in the child. In a process with gRPC
+# threads (every Ray worker; Serve replicas write the mp4s) gRPC's fork handlers then crashed the
+# child before it became ffmpeg (SIGABRT after "epoll_wait error: Bad file descriptor"), and the
+# write failed with a broken pipe. Without a preexec_fn subprocess uses vfork, which runs no fork
+# handlers. ffmpeg then shares the caller's process group: a Ctrl-C stops it with the command.
+os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
 LOW_SPACE_BYTES = 1 << 20  # free space under this after a failed write: the disk is full
 
 
