@@ -26,6 +26,7 @@ from .sound import Soundtrack, probe_audio, write_wav
 # write failed with a broken pipe. Without a preexec_fn subprocess uses vfork, which runs no fork
 # handlers. ffmpeg then shares the caller's process group: a Ctrl-C stops it with the command.
 os.environ.setdefault("IMAGEIO_FFMPEG_NO_PREVENT_SIGINT", "1")
+
 LOW_SPACE_BYTES = 1 << 20  # free space under this after a failed write: the disk is full
 
 
