@@ -44,6 +44,59 @@ def test_an_address_attaches_and_none_starts_an_instance_of_its_own(fake_init, m
     assert ray_instance.connect_ray(num_cpus=3) is True and fake_init[-1][0]["address"] == "local"
 
 
+TIMED_OUT = ("The current node timed out during startup. This could happen because some of the raylet failed to "
+             "startup or the GCS has become overloaded.")  # what ray.init raises (ray/_private/node.py)
+
+
+@pytest.mark.parametrize("later", ["comes-up", "times-out-again"])
+def test_an_own_instance_that_times_out_is_started_once_more_without_the_first_ones_processes(monkeypatch, capsys,
+                                                                                               later):
+    """Ray's 30 s raylet wait ran out (a busy machine): what that ray.init started is killed, and a
+    second ray.init is made; a second time-out is raised as it is, its processes killed too."""
+    import ray
+
+    started = []
+
+    def init(**_options):
+        started.append(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]))
+        if len(started) == 1 or later == "times-out-again":
+            raise Exception(TIMED_OUT)
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    try:
+        if later == "comes-up":
+            assert ray_instance.connect_ray(num_cpus=2) is True
+        else:
+            with pytest.raises(Exception, match="timed out during startup"):
+                ray_instance.connect_ray(num_cpus=2)
+        assert len(started) == 2
+        assert started[0].poll() is not None, "the first try's process was left running"
+        # The second try's: Ray's instance when it came up, else killed as the first.
+        assert (started[1].poll() is None) == (later == "comes-up")
+        assert "starting it once more" in capsys.readouterr().err
+    finally:
+        for process in started:
+            process.kill()
+            process.wait()
+
+
+def test_other_errors_of_an_own_start_are_not_retried(monkeypatch):
+    import ray
+
+    calls = []
+
+    def init(**_options):
+        calls.append(1)
+        raise ValueError("num_cpus must be positive")
+
+    monkeypatch.setattr(ray, "init", init)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    with pytest.raises(ValueError, match="num_cpus"):
+        ray_instance.connect_ray(num_cpus=2)
+    assert calls == [1]
+
+
 def test_the_address_flag_reaches_every_command_that_starts_ray(monkeypatch):
     from pipedit.cli import build_parser
 

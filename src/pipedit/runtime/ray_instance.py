@@ -13,12 +13,15 @@ Ray sets it (on by default for new instances in Ray 2.60); pipedit never turns i
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import sys
 
 from ..compat import loopback_node
 
 LOCAL = "local"
+START_TIMEOUT = "timed out during startup"  # ray.init's words when its raylet did not register in time
 
 
 def cluster_address(address: str | None = None) -> str | None:
@@ -39,9 +42,47 @@ def connect_ray(address: str | None = None, *, num_cpus: int, **options) -> bool
     if attach is not None:
         ray.init(address=attach, **options)
         return False
-    with loopback_node():  # a private switch of Ray's: pipedit.compat
-        ray.init(address=LOCAL, num_cpus=num_cpus, **options)
+    _start_own(num_cpus, options)
     return True
+
+
+def _start_own(num_cpus: int, options: dict) -> None:
+    """ray.init of an instance of our own, tried twice. Ray waits a fixed 30 s for its raylet to
+    register and then raises with START_TIMEOUT (seen on a busy machine), leaving the processes it
+    started running: the Node that owns them is never returned. They are killed after each such
+    failure, so that a failed try leaves nothing behind."""
+    import ray
+
+    for attempt in (1, 2):
+        before = _process_tree()
+        try:
+            with loopback_node():  # a private switch of Ray's: pipedit.compat
+                ray.init(address=LOCAL, num_cpus=num_cpus, **options)
+            return
+        except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
+            if START_TIMEOUT not in str(error):
+                raise
+            _kill_started_since(before)
+            if attempt == 2:
+                raise
+        print("pipedit: Ray's node did not register within Ray's 30 s (a busy machine?); starting it once more",
+              file=sys.stderr, flush=True)
+
+
+def _process_tree() -> set[int]:
+    import psutil  # a dependency of accelerate and peft
+
+    return {each.pid for each in psutil.Process().children(recursive=True)}
+
+
+def _kill_started_since(before: set[int]) -> None:
+    import psutil
+
+    started = [each for each in psutil.Process().children(recursive=True) if each.pid not in before]
+    for each in started:
+        with contextlib.suppress(psutil.Error):
+            each.kill()
+    psutil.wait_procs(started, timeout=10)
 
 
 def ensure_ray(world_size: int) -> bool:
