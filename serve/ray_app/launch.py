@@ -26,27 +26,32 @@ HEALTH_TIMEOUT_S = 600  # loading a large model onto every rank takes minutes
 PROGRESS_S = 15.0  # how often a start that takes long says what Serve reports
 STOP_TIMEOUT_S = 15.0  # Serve's own stop, on a cluster this process did not start
 HAND_BACK_MARGIN_S = 5.0  # handing the jobs back, beyond serve.stop_grace_s (a store waiting for its lock)
-RAY_START_TIMEOUT = "timed out during startup"  # Ray's words when its node does not come up in time
 FAILED = ("DEPLOY_FAILED", "UNHEALTHY")  # Serve's application states that end a start
 
 
-class Stop(BaseException):
-    """SIGTERM or Ctrl-C (SIGINT) arrived: the server stops. Not an Exception, like
-    KeyboardInterrupt: Ray's code that catches Exception (a status read) must not swallow it."""
+class Stop(KeyboardInterrupt):
+    """SIGTERM or Ctrl-C (SIGINT) arrived: the server stops. A KeyboardInterrupt, so not an
+    Exception: Ray's code that catches Exception (a status read) must not swallow it. Hazard: a
+    handler that raises in Ray's blocking calls (ray.get, which serve.start makes) is caught by
+    Ray's signal check, which lets only a KeyboardInterrupt through, as a new KeyboardInterrupt
+    (anything else becomes a SystemError): catch KeyboardInterrupt and read the signal from
+    `received`."""
 
     def __init__(self, signum: int):
         super().__init__(signal.Signals(signum).name)
         self.how = "Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name
 
 
-def _stop_on_signals() -> None:
-    """SIGTERM and SIGINT raise Stop in the main thread; once one came, further ones are ignored
-    (the stop is under way and bounded in time). Installed before Ray starts and again after:
-    Ray's start installs a handler of its own that dumps a stack and aborts."""
+def _stop_on_signals(received: list[Stop]) -> None:
+    """SIGTERM and SIGINT raise Stop in the main thread (appended to `received` first); once one
+    came, further ones are ignored (the stop is under way and bounded in time). Installed before
+    Ray starts and again after: Ray's start installs a handler of its own that dumps a stack and
+    aborts."""
     def stop(signum, _frame):
         for each in (signal.SIGTERM, signal.SIGINT):
             signal.signal(each, signal.SIG_IGN)
-        raise Stop(signum)
+        received.append(Stop(signum))
+        raise received[-1]
 
     for each in (signal.SIGTERM, signal.SIGINT):
         signal.signal(each, stop)
@@ -61,17 +66,20 @@ def serve_until_interrupted(config: EngineConfig, address: str | None, demo_prom
     if Serve already listens elsewhere)."""
     from pipedit.runtime.ray_instance import stop_ray
 
-    _stop_on_signals()
+    received: list[Stop] = []
+    _stop_on_signals(received)
     owns_ray, connected, running_port, how, served, run = False, False, None, None, [], stopping.new_run()
     try:
         _check_own_instance(config, address)
         owns_ray = _connect_ray(config, address)
         connected = True
-        _stop_on_signals()
+        _stop_on_signals(received)
         running_port = _running_serve_port()
         _serve(config, port_given, running_port, demo_prompt, served, run)
-    except Stop as stop:
-        how = stop.how
+    except KeyboardInterrupt:  # a Stop, or Ray's KeyboardInterrupt for one (see Stop)
+        if not received:
+            raise
+        how = received[0].how
     finally:
         # Interrupted while starting on an instance of our own: no replica has run a job; Ray's end
         # takes everything at once.
@@ -167,9 +175,7 @@ def _running_replicas() -> int | None:
 
     try:
         return running_replicas()
-    except Stop:  # SIGTERM or Ctrl-C arrived meanwhile: the server stops
-        raise
-    except Exception:  # noqa: BLE001 - the controller restarting: ask again next time
+    except Exception:  # noqa: BLE001 - the controller restarting: ask again next time (a Stop is no Exception)
         return None
 
 
@@ -178,15 +184,15 @@ def _connect_ray(config: EngineConfig, address: str | None) -> bool:
     loopback) with a logical CPU for every bundle of every replica (ranks share cores, as
     `generate`'s instance does) and the GPUs Ray detects; never another local instance (a test
     suite's, a killed one's): see pipedit.runtime.ray_instance. Returns whether this process owns
-    the instance."""
-    from pipedit.runtime.ray_instance import connect_ray
+    the instance. An instance of our own that does not come up in time is tried twice (see there)."""
+    from pipedit.runtime.ray_instance import START_TIMEOUT, connect_ray
 
     try:
         return connect_ray(address, num_cpus=_own_instance_cpus(config), log_to_driver=False)
     except Exception as error:  # noqa: BLE001 - Ray raises a bare Exception for it
-        if RAY_START_TIMEOUT not in str(error):
+        if START_TIMEOUT not in str(error):
             raise
-        raise UserInputError(f"Ray's node did not come up in time ({error.args[0].split('.')[0]}), most likely "
+        raise UserInputError(f"Ray's node did not come up in time, twice ({error.args[0].split('.')[0]}), most likely "
                              f"because the machine is busy or an earlier server's Ray is still stopping: wait until "
                              f"the load drops or that Ray has exited, then start again") from None
 

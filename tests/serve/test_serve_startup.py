@@ -151,11 +151,12 @@ def _wait_serving(process: subprocess.Popen, until: str = "pipedit: serving http
     raise AssertionError(f"the server did not print {until!r}:\n" + "".join(lines))
 
 
-def _stop(process: subprocess.Popen) -> float:
+def _stop(process: subprocess.Popen) -> tuple[float, str]:
+    """Ctrl-C: how long the server took to exit, and what it printed meanwhile."""
     start = time.monotonic()
     process.send_signal(signal.SIGINT)
-    process.wait(timeout=60)
-    return time.monotonic() - start
+    out, _ = process.communicate(timeout=90)
+    return time.monotonic() - start, out
 
 
 @pytest.mark.slow
@@ -176,8 +177,17 @@ def test_a_placement_that_cannot_fit_is_refused_before_deploying(tmp_path):
 def test_ctrl_c_during_start_up_stops_within_seconds(tmp_path):
     with _serving(CONFIGS / "demo-cpu-3ranks.yaml", tmp_path, free_tcp_port()) as process:
         _wait_serving(process, until="deploying")
-        time.sleep(2)  # the replica and its ranks are starting
-        assert _stop(process) < 20
+        time.sleep(2)  # serve.start waits for its proxy; the replica and its ranks are starting
+        took, out = _stop(process)
+    # Stopped before the start finished, not after it (the ordering holds on a machine of any
+    # speed), by the stop's own path: Ray's signal check inside serve.start once turned the
+    # signal into a SystemError and a traceback (exit 1).
+    assert process.returncode == 0, out
+    assert out.strip().splitlines()[-1].startswith("pipedit: stopped on Ctrl-C"), out
+    assert "serving http" not in out and "Traceback" not in out, out
+    # About 4 s on an idle 2-core machine; 24 s seen with another suite beside this one. The start
+    # it must not wait for takes minutes there.
+    assert took < 60, out
 
 
 @pytest.mark.slow

@@ -88,7 +88,7 @@ def test_a_ray_that_does_not_start_in_time_is_one_line_and_exit_2(monkeypatch, t
                         "raylet failed to startup or the GCS has become overloaded.")
 
     monkeypatch.setattr(ray_instance, "connect_ray", timed_out)
-    monkeypatch.setattr(launch, "_stop_on_signals", lambda: None)  # pytest keeps its own handlers
+    monkeypatch.setattr(launch, "_stop_on_signals", lambda _received: None)  # pytest keeps its own handlers
     with pytest.raises(UserInputError, match="timed out during startup.*start again"):
         launch._connect_ray(EngineConfig(), None)
     from pipedit.serve import header_timeout
