@@ -214,8 +214,10 @@ def test_three_ranks_on_two_cores_start_survive_a_killed_rank_and_stop_on_sigter
         assert listening and listening <= {"127.0.0.1", "::1", "::ffff:127.0.0.1"}, listening
         # SIGTERM (systemd, Docker, Kubernetes) with a job running: stopped as by Ctrl-C, /healthz
         # 503 at once, the job handed back to the store (owner and lease cleared) after the grace
-        # period (1 s here) by the stop itself, exit 0 within the grace period plus a few seconds
-        # (the review's busy machine took 23-45 s; the bound below is generous for a loaded one).
+        # period (1 s here) by the stop itself, not finished (100 steps: minutes here), exit 0.
+        # The time bound only catches a hang: the steps before Ray's end are bounded by the product
+        # (grace + 5 s, launch._bounded, tests/serve/test_stopping.py); the whole stop took a few seconds on an idle
+        # 2-core machine and 19.5 s with another suite beside this one.
         running = _create(url, {"prompt": "a long one", "num_inference_steps": 100})
         deadline = time.monotonic() + 120
         while _get(f"{url}/v1/videos/{running}")["status"] != "in_progress":
@@ -225,7 +227,7 @@ def test_three_ranks_on_two_cores_start_survive_a_killed_rank_and_stop_on_sigter
         process.send_signal(signal.SIGTERM)
         answers = _health_while_stopping(url, start)
         out, _ = process.communicate(timeout=90)
-        assert time.monotonic() - start < 1 + 15, out
+        assert time.monotonic() - start < 60, out
         assert 503 in answers and 200 not in answers, answers
         assert process.returncode == 0, out
         assert out.strip().splitlines()[-1].startswith("pipedit: stopped on SIGTERM"), out

@@ -3,7 +3,8 @@ machine left a running job in_progress with its owner and lease, a claimed next 
 an owner, and /healthz "ok" for 25 s. Here: the stop file makes a replica take no new job and the
 /healthz front answer down at once; the stop hands every job of its run back in the store itself,
 after the grace period, and leaves other servers' jobs alone. And a Ray that does not start in
-time is one line (exit 2), not a traceback. The whole stop under Ray: test_serve_startup.py."""
+time is one line (exit 2), not a traceback; a step of the stop that runs out of time is left. The
+whole stop under Ray: test_serve_startup.py."""
 
 import asyncio
 import time
@@ -101,3 +102,23 @@ def test_a_ray_that_does_not_start_in_time_is_one_line_and_exit_2(monkeypatch, t
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith("pipedit: error: Ray's node did not come up"), err
     assert "Traceback" not in err
+
+
+def test_a_step_of_the_stop_that_runs_out_of_time_or_fails_is_left_with_one_line(capsys):
+    """The stop's steps are bounded (launch._bounded): a step still blocked at its limit is left
+    running in its thread and the stop goes on, saying what happens instead; a failure says why."""
+    import threading
+
+    release = threading.Event()
+    launch._bounded(release.wait, 1.0, "handing the running jobs back to the store", "their leases lapse")
+    assert not release.is_set()  # returned while the step was still blocked
+    release.set()
+    assert capsys.readouterr().err == ("pipedit: handing the running jobs back to the store took more than 1 s; "
+                                       "their leases lapse\n")
+
+    def fails():
+        raise OSError("database is locked")
+
+    launch._bounded(fails, 30, "stopping the app", "the cluster goes on stopping it")
+    assert capsys.readouterr().err == ("pipedit: stopping the app failed (database is locked); the cluster goes on "
+                                       "stopping it\n")
