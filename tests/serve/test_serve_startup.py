@@ -216,8 +216,8 @@ def test_three_ranks_on_two_cores_start_survive_a_killed_rank_and_stop_on_sigter
         # 503 at once, the job handed back to the store (owner and lease cleared) after the grace
         # period (1 s here) by the stop itself, not finished (100 steps: minutes here), exit 0.
         # The time bound only catches a hang: the steps before Ray's end are bounded by the product
-        # (grace + 5 s, launch._bounded, tests/serve/test_stopping.py); the whole stop took a few seconds on an idle
-        # 2-core machine and 19.5 s with another suite beside this one.
+        # (grace + 5 s, launch._bounded, tests/serve/test_stopping.py); the whole stop took a few
+        # seconds on an idle 2-core machine and 19.5 s with another suite beside this one.
         running = _create(url, {"prompt": "a long one", "num_inference_steps": 100})
         deadline = time.monotonic() + 120
         while _get(f"{url}/v1/videos/{running}")["status"] != "in_progress":
