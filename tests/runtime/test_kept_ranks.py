@@ -22,6 +22,14 @@ from pipedit.runtime.rank_failure import RankGroupError
 CASE = Case("a paper boat on a canal", height=48, width=80, frames=9, steps=2, seed=4)
 
 
+@pytest.fixture(autouse=True)
+def ample_memory(monkeypatch):
+    """What is kept here must not depend on what else runs on the machine (another suite beside
+    this one leaves it short of memory, and then nothing is kept): its memory is ample here, but
+    for the test that sets it."""
+    monkeypatch.setattr(kept_ranks, "_available_share", lambda: 1.0)
+
+
 def _config(checkpoint, **parallel) -> EngineConfig:
     return EngineConfig(model=ModelConfig(path=str(checkpoint)), parallel=ParallelConfig(**parallel))
 
@@ -182,6 +190,29 @@ def test_the_longest_unused_go_first_beyond_the_bound_and_a_placement_group_goes
     taken = _group("e", "ed")
     kept_ranks.end_ranks([taken[0].actor], [taken[0].placement, taken[1].placement])  # one never started
     assert _removed(stand_ins)[-1] == "e"
+
+
+def test_nothing_is_kept_while_the_machine_is_short_of_memory(stand_ins, monkeypatch):
+    """Idle processes yield to the machine's other work: below KEEP_WHILE_AVAILABLE of its memory
+    available, a group kept or one that starts ends every kept process (one that starts still takes
+    what it can use: that costs no memory)."""
+    share = [0.5]
+    monkeypatch.setattr(kept_ranks, "_available_share", lambda: share[0])
+    with kept_ranks.reuse_rank_processes():
+        kept_ranks.keep(_group("a"))
+        kept_ranks.keep(_group("b", "ed"))
+        assert stand_ins == []
+        share[0] = kept_ranks.KEEP_WHILE_AVAILABLE - 0.01
+        assert _actors(kept_ranks.take(("env", "s"), "e")) == ["b0"]
+        assert _killed(stand_ins) == ["a0", "a1", "b1"] and _removed(stand_ins) == ["a"]  # b0 runs in a group
+        share[0] = 0.5
+        kept_ranks.keep(_group("c"))
+        share[0] = 0.1
+        kept_ranks.keep(_group("d", "d"))
+        assert _killed(stand_ins)[3:] == ["c0", "c1", "d0"] and _removed(stand_ins)[1:] == ["c", "d"]
+        assert kept_ranks._kept == []
+    monkeypatch.undo()
+    assert 0 < kept_ranks._available_share() <= 1  # this machine's, from psutil
 
 
 def test_the_scopes_end_ends_what_it_kept_and_nothing_is_kept_outside_one(stand_ins):

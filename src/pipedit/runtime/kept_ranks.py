@@ -15,8 +15,10 @@ injected faults takes kept processes too: the rebind hands them its fault switch
 A process stays in the bundle it started in, so a placement group of ours lives as long as any
 process started in it (Placement counts them) and is removed with the last. Kept processes hold
 their bundles' CPUs and GPUs while idle, so they are bounded: at most KEEP_AT_MOST_RANKS (the
-longest unused go first), and a new group that finds no room in the cluster ends kept ones until
-it does. The scope's end ends them all.
+longest unused go first), none while the machine is short of memory (less than
+KEEP_WHILE_AVAILABLE of it available when a group is kept or starts: idle processes yield to
+other work before Ray's memory monitor kills busy ones, at 95% used), and a new group that finds
+no room in the cluster ends kept ones until it does. The scope's end ends them all.
 
 Never kept: a group that saw a failure or has a call still running, one over several nodes, one
 inside a Serve replica's placement (the replica owns those bundles), one whose engine injects
@@ -33,6 +35,10 @@ from typing import Any, Iterator, Sequence
 
 _log = logging.getLogger(__name__)
 KEEP_AT_MOST_RANKS = 5  # idle rank processes kept in all (the test suite's groups have 2 to 4 ranks)
+# The share of the machine's memory that must be available for idle processes to stay kept
+# (about 0.3 GiB each on CPU): two test suites side by side on a 24 GiB machine, each with up to 15
+# kept, reached the 95% at which Ray's memory monitor kills workers (a Serve controller among them).
+KEEP_WHILE_AVAILABLE = 0.25
 
 
 class Placement:
@@ -124,7 +130,9 @@ def take(key: tuple | None, kinds: Sequence[str]) -> list[KeptRank | None]:
         for kept in chosen:
             if kept is not None:
                 _kept.remove(kept)
+        beyond = _beyond_bounds()
     _end_kept(stale)  # their processes ended with their Ray session; this only forgets them
+    _end_kept(beyond)
     return chosen
 
 
@@ -172,17 +180,32 @@ def make_room(cpus: float, gpus: float) -> None:
 
 
 def keep(ranks: list[KeptRank]) -> None:
-    """Keeps `ranks` (ended at once outside any scope), ending the longest unused processes beyond
-    KEEP_AT_MOST_RANKS."""
+    """Keeps `ranks` (ended at once outside any scope), ending what is beyond the bounds."""
     with _lock:
         if _open_scopes == 0:
             ended = list(ranks)
         else:
             _kept.extend(ranks)
-            ended = []
-            while len(_kept) > KEEP_AT_MOST_RANKS:
-                ended.append(_kept.pop(0))
+            ended = _beyond_bounds()
     _end_kept(ended)
+
+
+def _beyond_bounds() -> list[KeptRank]:
+    """(Under _lock.) Takes out of the kept the longest unused beyond KEEP_AT_MOST_RANKS, and all of
+    them while the machine is short of memory; the caller ends them."""
+    bound = 0 if _kept and _available_share() < KEEP_WHILE_AVAILABLE else KEEP_AT_MOST_RANKS
+    ended = _kept[:max(0, len(_kept) - bound)]
+    del _kept[:len(ended)]
+    return ended
+
+
+def _available_share() -> float:
+    """The share of this machine's memory the kernel can hand out now (psutil's `available`:
+    free memory and reclaimable cache)."""
+    import psutil
+
+    memory = psutil.virtual_memory()
+    return memory.available / memory.total
 
 
 def end_kept() -> None:
