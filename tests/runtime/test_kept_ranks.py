@@ -5,8 +5,9 @@ needs more than is kept takes what is kept and starts the rest, each with its mo
 single-device latents (1e-4 of their largest, the contract's bound for final latents:
 Ulysses only moves data); a group that saw a failure is not kept; a group with injected faults
 takes kept processes, its faults fire, and it is not kept either. The scope's rules (which
-processes a group takes, the bound, a placement group's end with its last process, a scope's
-end, nothing kept outside one, another Ray session's processes) run on stand-ins."""
+processes a group takes, the bound, nothing kept while memory is short, a placement group's end
+with its last process, a scope's end, nothing kept outside one, another Ray session's processes)
+run on stand-ins."""
 
 import os
 
